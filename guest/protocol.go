@@ -1,0 +1,77 @@
+// Package guest is the contract between the host and the guest agent, and
+// the agent itself.
+//
+// The host writes a Job as job.json into a control directory; the agent (in a
+// VM, or as PID 1 of a namespace jail) runs it, sends its output to the
+// console and to log files in that directory, writes a Result as result.json,
+// syncs, and powers off or exits. The host reads the job's status from
+// result.json only, never from the hypervisor's exit status. The protocol is
+// versioned by ProtocolVersion and documented in docs/guest-protocol.md.
+package guest
+
+import "time"
+
+// ProtocolVersion is bumped on any incompatible change to Job or Result.
+const ProtocolVersion = 1
+
+// Names of the files in the control directory.
+const (
+	JobFile    = "job.json"
+	ResultFile = "result.json"
+	StdoutFile = "stdout.log"
+	StderrFile = "stderr.log"
+)
+
+// Share tags and guest mount points. The host shares the control directory
+// and the workspace under these tags; the agent mounts them when it is PID 1.
+const (
+	ControlTag       = "asb-control"
+	WorkspaceTag     = "asb-workspace"
+	ControlMount     = "/run/agentsandbox"
+	WorkspaceMount   = "/workspace"
+	DefaultUID       = 65534 // nobody: the job's user unless the Job says otherwise
+	DefaultGID       = 65534
+	ConsoleStartLine = "agentsandbox-guest: job started"
+)
+
+// Job is job.json: what to run, as whom, and for how long.
+type Job struct {
+	Version int      `json:"version"`
+	Step    string   `json:"step"`
+	Command []string `json:"command"` // argv; Command[0] is looked up in PATH from Env
+	Env     []string `json:"env"`     // KEY=VALUE, sorted
+	Workdir string   `json:"workdir"`
+	UID     int      `json:"uid"`
+	GID     int      `json:"gid"`
+	// TimeoutMS, when positive, is enforced by the agent too; the host keeps
+	// its own, longer deadline for a guest that stops answering.
+	TimeoutMS int64 `json:"timeoutMs"`
+}
+
+// Result is result.json: how the job ended.
+type Result struct {
+	Version  int       `json:"version"`
+	Step     string    `json:"step"`
+	ExitCode int       `json:"exitCode"`         // -1 when killed by a signal or never started
+	Signal   string    `json:"signal,omitempty"` // such as "SIGKILL"
+	TimedOut bool      `json:"timedOut,omitempty"`
+	Error    string    `json:"error,omitempty"` // the agent could not start or watch the job
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	Rusage   Rusage    `json:"rusage"`
+}
+
+// Rusage is the job's resource use as the guest kernel counted it.
+type Rusage struct {
+	UserMS    int64 `json:"userMs"`
+	SystemMS  int64 `json:"systemMs"`
+	MaxRSSKiB int64 `json:"maxRssKiB"`
+}
+
+// Succeeded reports whether the job ran and exited 0.
+func (r Result) Succeeded() bool {
+	return r.Error == "" && !r.TimedOut && r.Signal == "" && r.ExitCode == 0
+}
+
+// Duration is the job's wall time.
+func (r Result) Duration() time.Duration { return r.Finished.Sub(r.Started) }

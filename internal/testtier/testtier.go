@@ -1,0 +1,67 @@
+// Package testtier names the test tiers and decides, in one place, whether a
+// test that needs more than pure Go may run.
+//
+// Tiers:
+//   - pure: always runs; needs nothing but Go.
+//   - nix: needs the nix and nix-instantiate commands.
+//   - root: needs uid 0 (namespaces, cgroups, netlink).
+//   - vm: needs qemu-system-x86_64 and the test kernel fixture.
+//
+// Outside CI a test whose tier cannot run is skipped with a message saying
+// what is missing. With CI=true the same situation fails the test: CI
+// installs everything, so a skip there would hide a broken set-up.
+package testtier
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// InCI reports whether the tests run in CI (CI=true).
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// skip skips the test outside CI and fails it in CI.
+func skip(t testing.TB, tier, why string) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("tier %s must run in CI but cannot: %s", tier, why)
+	}
+	t.Skipf("tier %s skipped: %s (CI=true turns this into a failure)", tier, why)
+}
+
+// Root needs uid 0.
+func Root(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		skip(t, "root", "not running as root")
+	}
+}
+
+// Nix needs the nix command line tools; it returns the path of nix.
+func Nix(t testing.TB) string {
+	t.Helper()
+	for _, c := range []string{"nix", "nix-instantiate", "nix-store"} {
+		if _, err := exec.LookPath(c); err != nil {
+			skip(t, "nix", c+" not found in PATH (install Debian's nix-bin)")
+		}
+	}
+	p, _ := exec.LookPath("nix")
+	return p
+}
+
+// Command needs the named program in PATH; it returns its path.
+func Command(t testing.TB, tier, name, hint string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		skip(t, tier, name+" not found in PATH ("+hint+")")
+	}
+	return p
+}
+
+// Skip skips (or in CI fails) a test of tier for a reason found by the test.
+func Skip(t testing.TB, tier, why string) {
+	t.Helper()
+	skip(t, tier, why)
+}

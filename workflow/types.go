@@ -1,0 +1,105 @@
+package workflow
+
+// The v1 data model. Parse fills these types from YAML, applies defaults
+// (see defaults.go), and Canonical encodes them as the workflow's identity.
+// JSON field names are the canonical form's keys: renaming one changes every
+// workflow hash, so treat them as a compatibility promise.
+
+// APIVersion and Kind are the only header values v1 accepts.
+const (
+	APIVersion = "agentsandbox.dev/v1"
+	Kind       = "Workflow"
+)
+
+// Workflow is a parsed, defaulted workflow.
+type Workflow struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	// Nixpkgs is nil when the workflow pins no nixpkgs; then no step may
+	// list packages or ask for vm isolation.
+	Nixpkgs *Nixpkgs `json:"nixpkgs,omitempty"`
+	// Inputs are sorted by name.
+	Inputs []Input `json:"inputs"`
+	// Steps keep their file order; Canonical sorts them by name.
+	Steps []Step `json:"steps"`
+}
+
+// Nixpkgs pins the package set. Ref is a flake reference whose revision is a
+// full 40-hex commit, such as "github:NixOS/nixpkgs/<commit>".
+type Nixpkgs struct {
+	Ref     string `json:"ref"`
+	Rev     string `json:"rev"`               // the 40-hex commit taken from Ref
+	NarHash string `json:"narHash,omitempty"` // SRI form, "sha256-..."
+}
+
+// InputKind says which fetcher an input's source needs.
+type InputKind string
+
+const (
+	InputFile InputKind = "file" // a local path, relative to the workflow file
+	InputGit  InputKind = "git"  // a git:: URL pinned by Commit
+	InputHTTP InputKind = "http" // an http(s) URL pinned by SHA256
+)
+
+// Input is one entry of the top-level inputs map.
+type Input struct {
+	Name   string    `json:"name"`
+	Kind   InputKind `json:"kind"`
+	Source string    `json:"source"`
+	SHA256 string    `json:"sha256,omitempty"` // lowercase hex; files and archives
+	Commit string    `json:"commit,omitempty"` // full 40-hex commit; git
+	Dest   string    `json:"dest"`             // workspace-relative; defaults to Name
+}
+
+// Isolation is how a step is separated from the host.
+type Isolation string
+
+const (
+	IsolationAuto      Isolation = "auto"
+	IsolationVM        Isolation = "vm"
+	IsolationNamespace Isolation = "namespace"
+)
+
+// Hypervisor names a microvm.nix hypervisor the runner supports.
+type Hypervisor string
+
+const (
+	HypervisorQEMU            Hypervisor = "qemu"
+	HypervisorCloudHypervisor Hypervisor = "cloud-hypervisor"
+	HypervisorFirecracker     Hypervisor = "firecracker"
+)
+
+// Step is one job of the DAG, after defaults are applied.
+type Step struct {
+	Name       string            `json:"name"`
+	Run        string            `json:"run"`
+	Packages   []string          `json:"packages"` // nixpkgs attribute paths, sorted, unique
+	Env        map[string]string `json:"env"`
+	Needs      []string          `json:"needs"`   // sorted, unique
+	Inputs     []string          `json:"inputs"`  // names of top-level inputs, sorted, unique
+	Outputs    []string          `json:"outputs"` // clean workspace-relative paths, sorted, unique
+	Resources  Resources         `json:"resources"`
+	Network    Network           `json:"network"`
+	Isolation  Isolation         `json:"isolation"`
+	Hypervisor Hypervisor        `json:"hypervisor"`
+}
+
+// Resources are a step's hard quotas. Sizes are bytes, rates bits per
+// second, durations milliseconds, so the canonical form has one spelling.
+type Resources struct {
+	VCPU      int   `json:"vcpu"`
+	Memory    int64 `json:"memory"`    // bytes
+	PIDs      int   `json:"pids"`      // processes and threads
+	Disk      int64 `json:"disk"`      // bytes of scratch space (/tmp)
+	TimeoutMS int64 `json:"timeoutMs"` // 0: no timeout declared
+	Bandwidth int64 `json:"bandwidth"` // bits per second; 0: unlimited
+}
+
+// Network is a step's egress. An empty Allow means loopback only.
+type Network struct {
+	Allow []string `json:"allow"` // "host:port" or "CIDR:port", sorted, unique
+}
+
+// HasEgress reports whether the step asks for any network beyond loopback.
+func (n Network) HasEgress() bool { return len(n.Allow) > 0 }
