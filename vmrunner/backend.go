@@ -1,0 +1,91 @@
+// Package vmrunner runs a workflow's steps on this host: it realises their Nix
+// closures, starts each step in its isolation backend (a microVM wrapped in
+// the jail, or the jail alone), enforces quotas and timeouts, and collects
+// the guest agent's result. It is the privileged edge of the project; the
+// pure core (workflow, policy, nixgen, record) never imports it.
+//
+// Subpackages: jail (the re-exec'd sandbox init), cgroup (quotas on cgroup v1
+// and v2), nixbuild (nix build and closure listing), vm (the microvm.nix
+// runner backend), runnertest (the conformance suite every backend passes).
+package vmrunner
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+// StepSpec is everything a backend needs to run one step.
+type StepSpec struct {
+	RunID string        // unique per apply; names the step's netns, cgroup and directories
+	Step  workflow.Step // the defaulted step (resources, network, isolation, hypervisor)
+	Job   guest.Job     // what the guest agent runs
+
+	// Workspace is the host directory mounted read-write at /workspace.
+	Workspace string
+	// ControlDir is the host directory holding job.json; the agent writes
+	// result.json and the log files there.
+	ControlDir string
+
+	// ClosurePaths are the store paths the namespace backend binds read-only
+	// into the jail, and EnvPath the step's buildEnv whose bin/ is on PATH.
+	// Both empty: the jail binds the host's /usr, /bin, /lib* and /etc essentials.
+	ClosurePaths []string
+	EnvPath      string
+
+	// Runner is the store path of the step's realised microvm.nix runner
+	// (bin/microvm-run, share/microvm/...); vm backend only.
+	Runner string
+
+	// Console receives the job's output (namespace) or the guest console
+	// (vm) live. It may be nil.
+	Console io.Writer
+}
+
+// Status is how a step ended.
+type Status string
+
+const (
+	StatusSucceeded Status = "succeeded" // the job exited 0
+	StatusFailed    Status = "failed"    // the job exited non-zero, was killed, or the guest ended without a result
+	StatusTimeout   Status = "timeout"   // the step ran past its timeout and was killed
+	StatusOOM       Status = "oom"       // the step's cgroup killed it for memory
+)
+
+// Usage is what the step's cgroup measured.
+type Usage struct {
+	PeakMemoryBytes int64         `json:"peakMemoryBytes"`
+	CPUTime         time.Duration `json:"cpuTimeNs"`
+	PidsPeak        int64         `json:"pidsPeak"`
+	OOMKills        int64         `json:"oomKills"`
+	ThrottledTime   time.Duration `json:"throttledNs"`
+}
+
+// StepResult is a finished step as the host saw it.
+type StepResult struct {
+	Status Status
+	// Result is the agent's result.json; HasResult is false when the guest
+	// ended without writing one (then Status is failed and Detail says why).
+	Result    guest.Result
+	HasResult bool
+	Detail    string
+	Usage     Usage
+
+	Isolation  workflow.Isolation  // namespace or vm, never auto
+	Hypervisor workflow.Hypervisor // vm only
+	Accel      string              // vm only: "kvm" or "tcg"
+	Started    time.Time
+	Finished   time.Time
+}
+
+// Backend runs steps in one isolation level. Run returns an error only for a
+// sandbox or infrastructure failure (exit status 5); a job that fails, times
+// out or is OOM-killed is a StepResult. When ctx is cancelled, Run kills the
+// step, removes everything it created, and returns an error wrapping ctx.Err().
+type Backend interface {
+	Isolation() workflow.Isolation
+	Run(ctx context.Context, spec StepSpec) (StepResult, error)
+}
