@@ -1,0 +1,30 @@
+// Package agentsandbox maps the architecture of AgentSandbox. It holds no
+// code, only this map and the tests that keep the layering honest.
+//
+// Data flows one way:
+//
+//	workflow.yaml → workflow → policy → nixgen → Nix → vmrunner → record
+//
+// The pure core (no syscalls, no privileged edge):
+//   - workflow: the YAML format, validation with file:line:col, defaults,
+//     the DAG, canonical form and hash.
+//   - policy: OPA admission (embedded default policy + the user's) and the
+//     decision record.
+//   - nixgen, templates: a workflow → NixOS modules and a microvm.nix flake.
+//   - record: content-addressed execution records and the blob store.
+//   - guest (protocol.go): job.json / result.json between host and agent.
+//
+// The privileged edge:
+//   - vmrunner: the scheduler and the Backend contract; vmrunner/nixbuild
+//     (nix build, closures), vmrunner/jail (the re-exec'd sandbox init),
+//     vmrunner/cgroup (quotas), vmrunner/namespace and vmrunner/vm (the
+//     backends), vmrunner/runnertest (their conformance suite),
+//     vmrunner/pipeline (one apply, end to end).
+//   - netns: network namespaces, veth/tap, tc.
+//   - inputs: fetching and checksumming workflow inputs.
+//   - guest (agent): the guest agent, also PID 1 of the namespace jail.
+//
+// Commands: cmd/agentsandbox (the CLI, one file per command) and
+// cmd/agentsandbox-guest (the static guest agent). Hand-written NixOS
+// modules live in modules/, the project's flake in flake.nix.
+package agentsandbox

@@ -1,0 +1,93 @@
+package agentsandbox
+
+import (
+	"encoding/json"
+	"go/parser"
+	"go/token"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/agentsandbox/agentsandbox"
+
+// pureCore may never reach the privileged edge, not even indirectly.
+var pureCore = []string{"workflow", "policy", "nixgen", "templates", "record"}
+
+var forbidden = []string{
+	module + "/vmrunner",
+	module + "/netns",
+	module + "/inputs",
+	"golang.org/x/sys/unix",
+	"github.com/vishvananda/netlink",
+	"github.com/vishvananda/netns",
+	"github.com/google/nftables",
+	"github.com/containerd/cgroups",
+}
+
+type listedPackage struct {
+	ImportPath string
+	Doc        string
+	Dir        string
+	GoFiles    []string
+	Deps       []string
+}
+
+func goList(t *testing.T, args ...string) []listedPackage {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list", "-json"}, args...)...).Output()
+	if err != nil {
+		t.Fatalf("go list %v: %v", args, err)
+	}
+	var pkgs []listedPackage
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p listedPackage
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+// TestPureCoreImports enforces the layering rule of the design: the pure
+// core never imports the privileged edge.
+func TestPureCoreImports(t *testing.T) {
+	var args []string
+	for _, p := range pureCore {
+		args = append(args, "./"+p+"/...")
+	}
+	for _, p := range goList(t, append([]string{"-deps=false"}, args...)...) {
+		deps := goList(t, "-deps", p.ImportPath)
+		for _, d := range deps {
+			for _, f := range forbidden {
+				if d.ImportPath == f || strings.HasPrefix(d.ImportPath, f+"/") {
+					t.Errorf("%s depends on %s: the pure core must not reach the privileged edge", p.ImportPath, d.ImportPath)
+				}
+			}
+		}
+	}
+}
+
+// TestPackageDocs requires a package doc comment in every package.
+func TestPackageDocs(t *testing.T) {
+	for _, p := range goList(t, "./...") {
+		if p.Doc != "" {
+			continue
+		}
+		// go list only reports the doc of non-test files; say which file to add.
+		fset := token.NewFileSet()
+		hasDoc := false
+		for _, f := range p.GoFiles {
+			af, err := parser.ParseFile(fset, filepath.Join(p.Dir, f), nil, parser.PackageClauseOnly|parser.ParseComments)
+			if err == nil && af.Doc != nil {
+				hasDoc = true
+			}
+		}
+		if !hasDoc {
+			t.Errorf("package %s has no package doc comment: add one (doc.go) that says what the package is for", p.ImportPath)
+		}
+	}
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what agentsandbox and its tests need on a Debian machine, idempotently:
+# Debian packages (as root), Go modules, and the VM test fixture's kernel.
+# Run by `make run`, `make test` and .ci/run; safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  nix-bin           # nix build, nix-instantiate --parse, nix hash path
+  qemu-system-x86   # vm isolation (software emulation here)
+  busybox-static    # VM test fixture initramfs; offline Nix test flakes
+  iproute2          # ip netns, for people inspecting runs
+  git               # git inputs
+  ca-certificates
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing Debian packages: ${missing[*]}; run as root or: sudo apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+go mod download
+
+# The VM test fixture boots Debian's generic kernel; fetch it without installing it.
+if [ -x scripts/fetch-kernel.sh ]; then
+  scripts/fetch-kernel.sh
+fi
