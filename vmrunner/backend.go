@@ -66,19 +66,19 @@ type Usage struct {
 
 // StepResult is a finished step as the host saw it.
 type StepResult struct {
-	Status Status
+	Status Status `json:"status"`
 	// Result is the agent's result.json; HasResult is false when the guest
 	// ended without writing one (then Status is failed and Detail says why).
-	Result    guest.Result
-	HasResult bool
-	Detail    string
-	Usage     Usage
+	Result    guest.Result `json:"result"`
+	HasResult bool         `json:"hasResult"`
+	Detail    string       `json:"detail,omitempty"`
+	Usage     Usage        `json:"usage"`
 
-	Isolation  workflow.Isolation  // namespace or vm, never auto
-	Hypervisor workflow.Hypervisor // vm only
-	Accel      string              // vm only: "kvm" or "tcg"
-	Started    time.Time
-	Finished   time.Time
+	Isolation  workflow.Isolation  `json:"isolation"`            // namespace or vm, never auto
+	Hypervisor workflow.Hypervisor `json:"hypervisor,omitempty"` // vm only
+	Accel      string              `json:"accel,omitempty"`      // vm only: "kvm" or "tcg"
+	Started    time.Time           `json:"started"`
+	Finished   time.Time           `json:"finished"`
 }
 
 // Backend runs steps in one isolation level. Run returns an error only for a
