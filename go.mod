@@ -1,6 +1,11 @@
 module github.com/agentsandbox/agentsandbox
 
-go 1.26
+go 1.26.8
+
+require (
+	github.com/spf13/cobra v1.10.2
+	golang.org/x/term v0.48.0
+)
 
 require (
 	github.com/agnivade/levenshtein v1.2.1 // indirect
@@ -72,7 +77,6 @@ require (
 	github.com/segmentio/asm v1.2.1 // indirect
 	github.com/sergi/go-diff v1.4.0 // indirect
 	github.com/sirupsen/logrus v1.10.2 // indirect
-	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/tetratelabs/wazero v1.12.0 // indirect
 	github.com/ulikunitz/xz v0.5.8 // indirect
@@ -102,7 +106,6 @@ require (
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
-	golang.org/x/term v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260819154853-08b0e4226688 // indirect
