@@ -1,0 +1,113 @@
+package netns
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/vishvananda/netlink"
+)
+
+// CreateTap creates a persistent tap device called name inside the
+// namespace, owned by uid owner (so an unprivileged hypervisor can open it),
+// without packet information headers. multiQueue sets IFF_MULTI_QUEUE and
+// vnetHdr IFF_VNET_HDR, as qemu's `queues=` and `vnet_hdr=on` expect. The
+// device is left down. The kernel puts a tun device in the namespace of the
+// thread that opens /dev/net/tun, so this switches a locked thread in (Do).
+func (n *NS) CreateTap(name string, owner int, multiQueue, vnetHdr bool) (netlink.Link, error) {
+	if name == "" || len(name) > 15 {
+		return nil, fmt.Errorf("create tap %q in netns %q: a device name has 1 to 15 characters", name, n.name)
+	}
+	if owner < 0 {
+		return nil, fmt.Errorf("create tap %q in netns %q: negative owner uid %d", name, n.name, owner)
+	}
+	flags := netlink.TUNTAP_NO_PI
+	if multiQueue {
+		flags |= netlink.TUNTAP_MULTI_QUEUE
+	}
+	if vnetHdr {
+		flags |= netlink.TUNTAP_VNET_HDR
+	}
+	tap := &netlink.Tuntap{
+		LinkAttrs: netlink.LinkAttrs{Name: name},
+		Mode:      netlink.TUNTAP_MODE_TAP,
+		Flags:     flags,
+		Owner:     uint32(owner),
+	}
+	var link netlink.Link
+	err := n.Do(func() error {
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		if err := h.LinkAdd(tap); err != nil {
+			return err
+		}
+		link, err = h.LinkByName(name)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create tap %q in netns %q: %w", name, n.name, err)
+	}
+	return link, nil
+}
+
+// Bandwidth shaping: the token bucket holds at least minBurst bytes or
+// 10 ms worth of traffic, and the queue holds tbfLatency of traffic on top.
+const (
+	minBurst   = 16 << 10
+	tbfLatency = 50 // milliseconds
+)
+
+// TBF returns the token bucket filter SetBandwidth installs as the root
+// qdisc of the device with index linkIndex, shaping egress to bitsPerSecond.
+// Its Buffer is in kernel ticks (netlink.Xmittime), not bytes.
+func TBF(linkIndex int, bitsPerSecond uint64) (*netlink.Tbf, error) {
+	rate := bitsPerSecond / 8 // bytes per second
+	if rate == 0 {
+		return nil, errors.New("bandwidth must be at least 8 bits per second")
+	}
+	burst := rate / 100
+	if burst < minBurst {
+		burst = minBurst
+	}
+	if burst > 1<<31 {
+		burst = 1 << 31
+	}
+	limit := rate*tbfLatency/1000 + burst
+	if limit > 1<<31 {
+		limit = 1 << 31
+	}
+	return &netlink.Tbf{
+		QdiscAttrs: netlink.QdiscAttrs{
+			LinkIndex: linkIndex,
+			Handle:    netlink.MakeHandle(1, 0),
+			Parent:    netlink.HANDLE_ROOT,
+		},
+		Rate:   rate,
+		Limit:  uint32(limit),
+		Buffer: netlink.Xmittime(rate, uint32(burst)),
+	}, nil
+}
+
+// SetBandwidth shapes the egress of the device link inside the namespace to
+// bitsPerSecond with a tbf root qdisc, replacing any root qdisc it had.
+func (n *NS) SetBandwidth(link string, bitsPerSecond uint64) error {
+	h, err := n.Handle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(link)
+	if err != nil {
+		return fmt.Errorf("set bandwidth of %q in netns %q: %w", link, n.name, err)
+	}
+	q, err := TBF(l.Attrs().Index, bitsPerSecond)
+	if err != nil {
+		return fmt.Errorf("set bandwidth of %q in netns %q: %w", link, n.name, err)
+	}
+	if err := h.QdiscReplace(q); err != nil {
+		return fmt.Errorf("set bandwidth of %q in netns %q: tbf rate %d bit/s: %w", link, n.name, bitsPerSecond, err)
+	}
+	return nil
+}
