@@ -32,6 +32,13 @@ const (
 	DefaultUID       = 65534 // nobody: the job's user unless the Job says otherwise
 	DefaultGID       = 65534
 	ConsoleStartLine = "agentsandbox-guest: job started"
+	// ConsoleEndLine starts the console line the agent prints when the job
+	// has ended and result.json is written (or could not be written); a
+	// short summary follows it on the same line.
+	ConsoleEndLine = "agentsandbox-guest: job finished"
+	// ConsoleErrorLine starts the line the agent prints, as PID 1, when it
+	// cannot set the guest up or run the job, just before it powers off.
+	ConsoleErrorLine = "agentsandbox-guest: error:"
 )
 
 // Job is job.json: what to run, as whom, and for how long.

@@ -1,0 +1,25 @@
+// Command agentsandbox-guest is the guest agent: it runs the job in
+// CONTROL_DIR/job.json, sends its output to the console and to log files in
+// CONTROL_DIR, and writes CONTROL_DIR/result.json (see docs/guest-protocol.md).
+//
+// Usage:
+//
+//	agentsandbox-guest [CONTROL_DIR]
+//
+// CONTROL_DIR defaults to /run/agentsandbox. As PID 1 of an initramfs-only
+// guest it first sets the guest up (proc, sys, dev, tmp, kernel modules from
+// /etc/agentsandbox/modules, the control and workspace shares by tag) and
+// powers the machine off afterwards, whatever happens. Otherwise (a NixOS
+// systemd service) it runs the job and exits 0 when result.json was written,
+// 1 when it could not be, 2 on a usage error.
+//
+// Build it static: CGO_ENABLED=0 go build ./cmd/agentsandbox-guest.
+package main
+
+import (
+	"os"
+)
+
+func main() {
+	os.Exit(agentMain(os.Args[1:]))
+}
