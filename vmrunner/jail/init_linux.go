@@ -1,0 +1,302 @@
+package jail
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"golang.org/x/sys/unix"
+)
+
+// MaybeInit runs the jail's init and exits when the binary was started as
+// one (os.Args[1] == InitArg); otherwise it returns at once. Call it first
+// thing in main and in every TestMain of a package that starts jails.
+func MaybeInit() {
+	if len(os.Args) < 2 || os.Args[1] != InitArg {
+		return
+	}
+	switch os.Getenv(envStage) {
+	case "1":
+		os.Exit(stage1())
+	case "2":
+		os.Exit(stage2())
+	}
+	fmt.Fprintf(os.Stderr, "%s is internal to agentsandbox; it is not a command\n", InitArg)
+	os.Exit(2)
+}
+
+func sendMessage(w io.Writer, m message) {
+	b, _ := json.Marshal(m)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// stage1 builds the jail. It runs on the locked main thread from start to
+// the exec of stage 2, so the per-thread state it sets (netns, capabilities,
+// no_new_privs) is what stage 2 starts with.
+func stage1() int {
+	runtime.LockOSThread() // never unlocked: this thread execs stage 2
+	statusFD, err := fdFromEnv(envStatusFD)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	status := os.NewFile(uintptr(statusFD), "status")
+	fail := func(err error) int {
+		sendMessage(status, message{Error: "jail setup: " + err.Error()})
+		return 1
+	}
+	cfgFD, err := fdFromEnv(envConfigFD)
+	if err != nil {
+		return fail(err)
+	}
+	netnsFD, err := fdFromEnv(envNetnsFD)
+	if err != nil {
+		return fail(err)
+	}
+	// Held here until the parent has placed us in the cgroup.
+	cfgFile := os.NewFile(uintptr(cfgFD), "config")
+	var cfg childConfig
+	if err := json.NewDecoder(cfgFile).Decode(&cfg); err != nil {
+		if errors.Is(err, io.EOF) {
+			return 1 // the parent gave up before releasing us
+		}
+		return fail(fmt.Errorf("read config: %w", err))
+	}
+	cfgFile.Close()
+
+	if err := unix.Setns(netnsFD, unix.CLONE_NEWNET); err != nil {
+		return fail(fmt.Errorf("join network namespace: %w", err))
+	}
+	unix.Close(netnsFD)
+	// The cgroup namespace is made now, not at clone, so that its root is
+	// the step's cgroup the parent has just put us in.
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return fail(fmt.Errorf("unshare cgroup namespace: %w", err))
+	}
+	if err := buildRoot(cfg); err != nil {
+		return fail(err)
+	}
+	if cfg.Hostname != "" {
+		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+			return fail(fmt.Errorf("set hostname %q: %w", cfg.Hostname, err))
+		}
+	}
+	if err := dropPrivileges(); err != nil {
+		return fail(err)
+	}
+	env := []string{envStage + "=2", envStatusFD + "=" + strconv.Itoa(statusFD)}
+	err = unix.Exec("/proc/self/exe", []string{"agentsandbox-init", InitArg}, env)
+	return fail(fmt.Errorf("exec init stage 2: %w", err))
+}
+
+// stage2 is PID 1 of the jail: it runs the job with the guest agent.
+func stage2() int {
+	statusFD, err := fdFromEnv(envStatusFD)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	unix.CloseOnExec(statusFD) // the job must not inherit it
+	status := os.NewFile(uintptr(statusFD), "status")
+	// Die with the host side even if it is killed hard.
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		sendMessage(status, message{Error: fmt.Sprintf("jail setup: set parent death signal: %v", err)})
+		return 1
+	}
+	sendMessage(status, message{Ready: true})
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	_, err = guest.RunJob(ctx, guest.ControlMount, os.Stdout)
+	if err != nil {
+		sendMessage(status, message{Error: "run job: " + err.Error()})
+		return 1
+	}
+	if _, err := os.Stat(filepath.Join(guest.ControlMount, guest.ResultFile)); err != nil {
+		sendMessage(status, message{Error: "run job: no result written: " + err.Error()})
+		return 1
+	}
+	return 0
+}
+
+var mountFlagNames = map[string]uintptr{
+	"nosuid": unix.MS_NOSUID,
+	"nodev":  unix.MS_NODEV,
+	"noexec": unix.MS_NOEXEC,
+}
+
+func parseFlags(s string) uintptr {
+	var f uintptr
+	for _, n := range strings.Split(s, ",") {
+		f |= mountFlagNames[n]
+	}
+	return f
+}
+
+// buildRoot mounts the root tmpfs on cfg.RootDir, applies the plan, makes
+// the root read-only and pivots into it.
+func buildRoot(cfg childConfig) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	root := cfg.RootDir
+	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=755,size=16m"); err != nil {
+		return fmt.Errorf("mount root tmpfs on %s: %w", root, err)
+	}
+	for _, m := range cfg.Plan {
+		if err := apply(root, m); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("remount root read-only: %w", err)
+	}
+	return pivot(root)
+}
+
+// pivot makes root the new / and detaches the old root (runc's
+// pivot_root(".", ".") trick, which needs no directory for the old root).
+func pivot(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return fmt.Errorf("pivot_root: chdir %s: %w", root, err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root %s: %w", root, err)
+	}
+	// The old root is now stacked on /: keep its unmount from propagating,
+	// then detach it.
+	if err := unix.Mount("", ".", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("pivot_root: make old root a slave: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("pivot_root: unmount old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("pivot_root: chdir /: %w", err)
+	}
+	return nil
+}
+
+func apply(root string, m Mount) error {
+	dst := filepath.Join(root, m.Target)
+	flags := parseFlags(m.Flags)
+	wrap := func(what string, err error) error {
+		return fmt.Errorf("%s %s: %w", what, m.Target, err)
+	}
+	switch m.Op {
+	case OpDir:
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return wrap("mkdir", err)
+		}
+		if err := os.Chmod(dst, os.FileMode(m.Mode)); err != nil {
+			return wrap("chmod", err)
+		}
+	case OpFile:
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return wrap("mkdir for", err)
+		}
+		if err := os.WriteFile(dst, []byte(m.Data), os.FileMode(m.Mode)); err != nil {
+			return wrap("write", err)
+		}
+	case OpSymlink:
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return wrap("mkdir for", err)
+		}
+		if err := os.Symlink(m.Source, dst); err != nil {
+			return wrap("symlink", err)
+		}
+	case OpBind:
+		fi, err := os.Stat(m.Source)
+		if err != nil {
+			return wrap("bind", err)
+		}
+		if err := mountPoint(dst, fi.IsDir()); err != nil {
+			return wrap("bind", err)
+		}
+		if err := unix.Mount(m.Source, dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s on %s: %w", m.Source, m.Target, err)
+		}
+		rf := uintptr(unix.MS_REMOUNT|unix.MS_BIND) | flags
+		if m.ReadOnly {
+			rf |= unix.MS_RDONLY
+		}
+		if err := unix.Mount("", dst, "", rf, ""); err != nil {
+			return fmt.Errorf("remount bind of %s on %s (%s): %w", m.Source, m.Target, m.Flags, err)
+		}
+	case OpTmpfs:
+		if err := mountPoint(dst, true); err != nil {
+			return wrap("mount tmpfs on", err)
+		}
+		if err := unix.Mount("tmpfs", dst, "tmpfs", flags, m.Data); err != nil {
+			return wrap("mount tmpfs on", err)
+		}
+	case OpProc:
+		if err := mountPoint(dst, true); err != nil {
+			return wrap("mount proc on", err)
+		}
+		if err := unix.Mount("proc", dst, "proc", flags, ""); err != nil {
+			return wrap("mount proc on", err)
+		}
+	case OpDevpts:
+		if err := mountPoint(dst, true); err != nil {
+			return wrap("mount devpts on", err)
+		}
+		if err := unix.Mount("devpts", dst, "devpts", flags, m.Data); err != nil {
+			return wrap("mount devpts on", err)
+		}
+	case OpMask:
+		fi, err := os.Stat(dst)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return wrap("mask", err)
+		}
+		if fi.IsDir() {
+			err = unix.Mount("tmpfs", dst, "tmpfs", unix.MS_RDONLY, "size=0")
+		} else {
+			err = unix.Mount("/dev/null", dst, "", unix.MS_BIND, "")
+		}
+		if err != nil {
+			return wrap("mask", err)
+		}
+	case OpRdonly:
+		if _, err := os.Stat(dst); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err := unix.Mount(dst, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return wrap("bind for read-only", err)
+		}
+		if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return wrap("remount read-only", err)
+		}
+	default:
+		return fmt.Errorf("unknown mount op %q for %s", m.Op, m.Target)
+	}
+	return nil
+}
+
+// mountPoint creates an empty directory or file to mount on.
+func mountPoint(p string, dir bool) error {
+	if dir {
+		return os.MkdirAll(p, 0o755)
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,238 @@
+package jail
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/netns"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func TestMain(m *testing.M) {
+	MaybeInit()
+	os.Exit(m.Run())
+}
+
+// fakeFS is a host file system given as a map: "dir", "file" or "->target".
+type fakeFS map[string]string
+
+type fakeInfo struct {
+	name string
+	mode fs.FileMode
+}
+
+func (i fakeInfo) Name() string       { return filepath.Base(i.name) }
+func (i fakeInfo) Size() int64        { return 0 }
+func (i fakeInfo) Mode() fs.FileMode  { return i.mode }
+func (i fakeInfo) ModTime() time.Time { return time.Time{} }
+func (i fakeInfo) IsDir() bool        { return i.mode.IsDir() }
+func (i fakeInfo) Sys() any           { return nil }
+
+func (f fakeFS) Lstat(name string) (fs.FileInfo, error) {
+	v, ok := f[name]
+	switch {
+	case !ok:
+		return nil, &fs.PathError{Op: "lstat", Path: name, Err: fs.ErrNotExist}
+	case v == "dir":
+		return fakeInfo{name, fs.ModeDir | 0o755}, nil
+	case strings.HasPrefix(v, "->"):
+		return fakeInfo{name, fs.ModeSymlink | 0o777}, nil
+	}
+	return fakeInfo{name, 0o644}, nil
+}
+
+func (f fakeFS) Readlink(name string) (string, error) {
+	v, ok := f[name]
+	if !ok || !strings.HasPrefix(v, "->") {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: fs.ErrInvalid}
+	}
+	return strings.TrimPrefix(v, "->"), nil
+}
+
+func renderPlan(p []Mount) string {
+	var b strings.Builder
+	for _, m := range p {
+		b.WriteString(m.String() + "\n")
+	}
+	return b.String()
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs (go test -update rewrites it):\n--- got\n%s--- want\n%s", path, got, want)
+	}
+}
+
+func TestPlanHost(t *testing.T) {
+	host := fakeFS{
+		"/usr": "dir", "/bin": "->usr/bin", "/sbin": "->usr/sbin", "/lib": "->usr/lib",
+		"/lib64": "->/usr/lib64", "/lib32": "->/opt/lib32", "/opt/lib32": "dir",
+		"/libx32": "->/nowhere",
+		"/etc/ld.so.cache": "file",
+	}
+	p, err := Plan(Config{Hostname: "hello", Workspace: "/w", ControlDir: "/c", TmpBytes: 1 << 20}, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "plan-host.txt", renderPlan(p))
+}
+
+func TestPlanClosure(t *testing.T) {
+	env := "/nix/store/aaaa-env"
+	host := fakeFS{env + "/bin/sh": "->/nix/store/bbbb-busybox/bin/busybox"}
+	p, err := Plan(Config{
+		Hostname: "build", Workspace: "/w", ControlDir: "/c",
+		ClosurePaths: []string{"/nix/store/bbbb-busybox", env, env},
+		EnvPath:      env,
+	}, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "plan-closure.txt", renderPlan(p))
+}
+
+func TestPlanErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		host fakeFS
+		want string
+	}{
+		{"relative workspace", Config{Workspace: "w", ControlDir: "/c"}, fakeFS{"/usr": "dir"}, "workspace"},
+		{"no usr", Config{Workspace: "/w", ControlDir: "/c"}, fakeFS{}, "no /usr directory"},
+		{"bad store path", Config{Workspace: "/w", ControlDir: "/c", ClosurePaths: []string{"/nix/store/x/../../etc"}}, fakeFS{}, "not a /nix/store"},
+		{"env outside closure", Config{Workspace: "/w", ControlDir: "/c", ClosurePaths: []string{"/nix/store/a-x"}, EnvPath: "/nix/store/b-env"}, fakeFS{}, "not one of the closure"},
+		{"env without closure", Config{Workspace: "/w", ControlDir: "/c", EnvPath: "/nix/store/b-env"}, fakeFS{"/usr": "dir"}, "without its closure"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Plan(tc.cfg, tc.host)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Plan: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// jailFixture makes a netns, a workspace, a control dir with job.json and a
+// root dir, and removes them at the end.
+func jailFixture(t *testing.T, script string) (Config, *bytes.Buffer) {
+	t.Helper()
+	testtier.Root(t)
+	name := netns.Name(fmt.Sprintf("jt%d", time.Now().UnixNano()%1e6), t.Name())
+	ns, err := netns.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ns.Delete() })
+	dir := t.TempDir()
+	ws, ctl, root := filepath.Join(dir, "ws"), filepath.Join(dir, "ctl"), filepath.Join(dir, "root")
+	for _, d := range []string{ws, ctl, root} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(ws, guest.DefaultUID, guest.DefaultGID); err != nil {
+		t.Fatal(err)
+	}
+	job := guest.Job{
+		Version: guest.ProtocolVersion, Step: "t",
+		Command: []string{"sh", "-c", script},
+		Env:     []string{"PATH=/usr/bin:/bin"},
+		Workdir: guest.WorkspaceMount, UID: guest.DefaultUID, GID: guest.DefaultGID,
+	}
+	b, _ := json.Marshal(job)
+	if err := os.WriteFile(filepath.Join(ctl, guest.JobFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var console bytes.Buffer
+	return Config{
+		RootDir: root, Hostname: "t", NetnsPath: ns.Path(),
+		Workspace: ws, ControlDir: ctl, TmpBytes: 16 << 20, Console: &console,
+	}, &console
+}
+
+func readResult(t *testing.T, ctl string) guest.Result {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(ctl, guest.ResultFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r guest.Result
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func runJail(t *testing.T, cfg Config) {
+	t.Helper()
+	p, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestJailHello(t *testing.T) {
+	cfg, console := jailFixture(t, `echo hello > out.txt; echo "on console"; cat /proc/self/status | grep -E '^(Cap|NoNewPrivs|Uid)'; hostname; ls /`)
+	runJail(t, cfg)
+	r := readResult(t, cfg.ControlDir)
+	if !r.Succeeded() {
+		t.Fatalf("result %+v; console:\n%s", r, console)
+	}
+	out, err := os.ReadFile(filepath.Join(cfg.Workspace, "out.txt"))
+	if err != nil || string(out) != "hello\n" {
+		t.Fatalf("out.txt = %q, %v", out, err)
+	}
+	c := console.String()
+	for _, want := range []string{"on console", "CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapBnd:\t00000000000000e0", "NoNewPrivs:\t1", "Uid:\t65534"} {
+		if !strings.Contains(c, want) {
+			t.Errorf("console lacks %q:\n%s", want, c)
+		}
+	}
+	entries, _ := os.ReadDir(cfg.RootDir)
+	if len(entries) != 0 {
+		t.Errorf("root dir %s not empty on the host: %v", cfg.RootDir, entries)
+	}
+}
+
+func TestJailSetupErrorReported(t *testing.T) {
+	cfg, _ := jailFixture(t, "true")
+	cfg.RootDir = filepath.Join(t.TempDir(), "missing")
+	p, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.Release()
+	if err == nil || !strings.Contains(err.Error(), "jail setup: mount root tmpfs on") {
+		t.Fatalf("Release: %v, want a jail setup error about the root tmpfs", err)
+	}
+}

@@ -1,0 +1,318 @@
+package jail
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+)
+
+// Config is what one jail needs.
+type Config struct {
+	// RootDir is an empty host directory the jail mounts its root tmpfs on.
+	// The mount exists only in the jail's mount namespace, so the host
+	// directory stays empty; the caller removes it afterwards.
+	RootDir string
+	// Hostname is set in the jail's uts namespace (the step's name).
+	Hostname string
+	// NetnsPath names the network namespace the jail joins, such as
+	// /run/netns/NAME. It is required: a jail never shares the host's network.
+	NetnsPath string
+	// Workspace is bound read-write at /workspace.
+	Workspace string
+	// ControlDir is bound at guest.ControlMount; it should be root-owned
+	// and 0700 so that the job cannot read or forge what the agent writes.
+	ControlDir string
+	// ClosurePaths are /nix/store paths bound read-only; EnvPath is the
+	// step's buildEnv (one of them), whose bin/sh and bin/env become /bin/sh
+	// and /usr/bin/env. Both empty: the host's /usr, /bin, /sbin and /lib*
+	// are bound read-only instead.
+	ClosurePaths []string
+	EnvPath      string
+	// TmpBytes sizes the /tmp tmpfs; 0 leaves the kernel's default (half of
+	// RAM), which the step's memory limit still bounds.
+	TmpBytes int64
+	// Console receives the init's stdout and stderr: the job's output, line
+	// by line. Nil discards it.
+	Console io.Writer
+	// CgroupFD, when positive, is an open cgroup v2 directory the child is
+	// cloned into (SysProcAttr.UseCgroupFD); with cgroup v1 leave it 0 and
+	// place the held child with its Pid before Release.
+	CgroupFD int
+}
+
+// Op is the kind of one Mount.
+type Op string
+
+// The operations a Plan is made of. Targets are paths inside the new root.
+const (
+	OpDir     Op = "dir"     // mkdir Target with Mode
+	OpFile    Op = "file"    // write Data to Target with Mode
+	OpSymlink Op = "symlink" // symlink Target -> Source
+	OpBind    Op = "bind"    // bind Source (file or directory) on Target; ReadOnly remounts it read-only
+	OpTmpfs   Op = "tmpfs"   // tmpfs on Target with Data as options
+	OpProc    Op = "proc"    // a fresh proc on Target
+	OpDevpts  Op = "devpts"  // a new devpts instance on Target
+	OpMask    Op = "mask"    // hide Target if it exists: /dev/null over a file, an empty read-only tmpfs over a directory
+	OpRdonly  Op = "rdonly"  // remount Target read-only if it exists
+)
+
+// Mount is one step of building the root. Flags are mount flag names
+// ("nosuid", "nodev", "noexec").
+type Mount struct {
+	Op       Op     `json:"op"`
+	Source   string `json:"source,omitempty"`
+	Target   string `json:"target"`
+	Data     string `json:"data,omitempty"`
+	Flags    string `json:"flags,omitempty"`
+	ReadOnly bool   `json:"readOnly,omitempty"`
+	Mode     uint32 `json:"mode,omitempty"`
+}
+
+// String renders the step on one line, for golden files and errors.
+func (m Mount) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-7s %s", m.Op, m.Target)
+	if m.Source != "" {
+		fmt.Fprintf(&b, " <- %s", m.Source)
+	}
+	if m.ReadOnly {
+		b.WriteString(" ro")
+	}
+	if m.Flags != "" {
+		b.WriteString(" " + m.Flags)
+	}
+	if m.Mode != 0 {
+		fmt.Fprintf(&b, " mode=%04o", m.Mode)
+	}
+	if m.Data != "" && m.Op != OpFile {
+		fmt.Fprintf(&b, " data=%s", m.Data)
+	}
+	if m.Op == OpFile {
+		fmt.Fprintf(&b, " (%d bytes)", len(m.Data))
+	}
+	return b.String()
+}
+
+// HostFS is what Plan looks at on the host; OSFS is the real one.
+type HostFS interface {
+	Lstat(name string) (fs.FileInfo, error)
+	Readlink(name string) (string, error)
+}
+
+type osFS struct{}
+
+func (osFS) Lstat(name string) (fs.FileInfo, error) { return os.Lstat(name) }
+func (osFS) Readlink(name string) (string, error)   { return os.Readlink(name) }
+
+// OSFS is the host's file system.
+var OSFS HostFS = osFS{}
+
+// hostRootDirs are bound from the host when the step has no Nix closure.
+var hostRootDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// hostEtcBinds are taken from the host's /etc when they exist: the dynamic
+// linker's cache and Debian's alternatives symlinks (/usr/bin/awk points
+// through them).
+var hostEtcBinds = []string{"/etc/ld.so.cache", "/etc/alternatives"}
+
+// devices are bound from the host's /dev.
+var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// maskedPaths and readonlyPaths are runc's defaults for /proc.
+var (
+	maskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
+		"/proc/timer_stats",
+	}
+	readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+)
+
+// Generated /etc files: root and nobody only, files-only name service, no
+// resolver (a jail has no DNS until egress exists).
+const (
+	etcPasswd   = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+	etcGroup    = "root:x:0:\nnogroup:x:65534:\n"
+	etcHosts    = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+	etcNsswitch = "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\nprotocols: files\nservices: files\n"
+)
+
+// Plan lists the steps that build the jail's root from cfg, in order. It is
+// pure apart from looking at the host through host, so tests compare it
+// with a golden file.
+func Plan(cfg Config, host HostFS) ([]Mount, error) {
+	if cfg.Workspace == "" || !filepath.IsAbs(cfg.Workspace) {
+		return nil, fmt.Errorf("jail plan: workspace %q must be an absolute path", cfg.Workspace)
+	}
+	if cfg.ControlDir == "" || !filepath.IsAbs(cfg.ControlDir) {
+		return nil, fmt.Errorf("jail plan: control dir %q must be an absolute path", cfg.ControlDir)
+	}
+	var p []Mount
+	add := func(m ...Mount) { p = append(p, m...) }
+
+	if len(cfg.ClosurePaths) == 0 {
+		if cfg.EnvPath != "" {
+			return nil, fmt.Errorf("jail plan: env path %s given without its closure paths", cfg.EnvPath)
+		}
+		ms, err := hostRoot(host)
+		if err != nil {
+			return nil, err
+		}
+		add(ms...)
+	} else {
+		ms, err := closureRoot(cfg.ClosurePaths, cfg.EnvPath, host)
+		if err != nil {
+			return nil, err
+		}
+		add(ms...)
+	}
+
+	// /etc: generated, plus the host's linker cache and alternatives when
+	// the root is the host's.
+	add(Mount{Op: OpDir, Target: "/etc", Mode: 0o755},
+		Mount{Op: OpFile, Target: "/etc/passwd", Data: etcPasswd, Mode: 0o644},
+		Mount{Op: OpFile, Target: "/etc/group", Data: etcGroup, Mode: 0o644},
+		Mount{Op: OpFile, Target: "/etc/hosts", Data: etcHosts, Mode: 0o644},
+		Mount{Op: OpFile, Target: "/etc/hostname", Data: cfg.Hostname + "\n", Mode: 0o644},
+		Mount{Op: OpFile, Target: "/etc/nsswitch.conf", Data: etcNsswitch, Mode: 0o644})
+	if len(cfg.ClosurePaths) == 0 {
+		for _, e := range hostEtcBinds {
+			if _, err := host.Lstat(e); err == nil {
+				add(Mount{Op: OpBind, Source: e, Target: e, ReadOnly: true, Flags: "nosuid,nodev"})
+			}
+		}
+	}
+
+	add(Mount{Op: OpDir, Target: "/root", Mode: 0o700},
+		Mount{Op: OpBind, Source: cfg.Workspace, Target: guest.WorkspaceMount, Flags: "nosuid,nodev"},
+		Mount{Op: OpDir, Target: "/run", Mode: 0o755},
+		Mount{Op: OpBind, Source: cfg.ControlDir, Target: guest.ControlMount, Flags: "nosuid,nodev,noexec"})
+
+	tmpData := "mode=1777"
+	if cfg.TmpBytes > 0 {
+		tmpData += fmt.Sprintf(",size=%d", cfg.TmpBytes)
+	}
+	add(Mount{Op: OpTmpfs, Target: "/tmp", Data: tmpData, Flags: "nosuid,nodev"})
+
+	add(Mount{Op: OpTmpfs, Target: "/dev", Data: "mode=755,size=65536", Flags: "nosuid,noexec"})
+	for _, d := range devices {
+		add(Mount{Op: OpBind, Source: "/dev/" + d, Target: "/dev/" + d, Flags: "nosuid,noexec"})
+	}
+	add(Mount{Op: OpDevpts, Target: "/dev/pts", Data: "newinstance,ptmxmode=0666,mode=0620", Flags: "nosuid,noexec"},
+		Mount{Op: OpSymlink, Source: "pts/ptmx", Target: "/dev/ptmx"},
+		Mount{Op: OpTmpfs, Target: "/dev/shm", Data: "mode=1777", Flags: "nosuid,nodev,noexec"},
+		Mount{Op: OpSymlink, Source: "/proc/self/fd", Target: "/dev/fd"},
+		Mount{Op: OpSymlink, Source: "/proc/self/fd/0", Target: "/dev/stdin"},
+		Mount{Op: OpSymlink, Source: "/proc/self/fd/1", Target: "/dev/stdout"},
+		Mount{Op: OpSymlink, Source: "/proc/self/fd/2", Target: "/dev/stderr"})
+
+	add(Mount{Op: OpProc, Target: "/proc", Flags: "nosuid,nodev,noexec"})
+	for _, m := range maskedPaths {
+		add(Mount{Op: OpMask, Target: m})
+	}
+	for _, r := range readonlyPaths {
+		add(Mount{Op: OpRdonly, Target: r})
+	}
+	return p, nil
+}
+
+// hostRoot binds the host's system directories. A usr-merge symlink such as
+// /bin -> usr/bin stays a symlink when it points into a directory that is
+// bound anyway; any other symlinked directory is bound at its own name.
+func hostRoot(host HostFS) ([]Mount, error) {
+	var p []Mount
+	var links []Mount
+	bound := map[string]bool{}
+	for _, d := range hostRootDirs {
+		fi, err := host.Lstat(d)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("jail plan: %w", err)
+		}
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := host.Readlink(d)
+			if err != nil {
+				return nil, fmt.Errorf("jail plan: %w", err)
+			}
+			links = append(links, Mount{Op: OpSymlink, Source: target, Target: d})
+		case fi.IsDir():
+			p = append(p, Mount{Op: OpBind, Source: d, Target: d, ReadOnly: true, Flags: "nosuid,nodev"})
+			bound[d] = true
+		}
+	}
+	if !bound["/usr"] {
+		return nil, errors.New("jail plan: the host has no /usr directory to bind; give the step a Nix closure instead")
+	}
+	for _, l := range links {
+		abs := l.Source
+		if !path.IsAbs(abs) {
+			abs = path.Join(path.Dir(l.Target), abs)
+		}
+		abs = path.Clean(abs)
+		if under(abs, bound) {
+			p = append(p, l)
+			continue
+		}
+		// A symlink out of the bound set: bind what it points to at its name.
+		fi, err := host.Lstat(abs)
+		if err != nil || !fi.IsDir() {
+			continue // dangling or not a directory: leave it out
+		}
+		p = append(p, Mount{Op: OpBind, Source: abs, Target: l.Target, ReadOnly: true, Flags: "nosuid,nodev"})
+	}
+	return p, nil
+}
+
+func under(p string, dirs map[string]bool) bool {
+	for d := range dirs {
+		if p == d || strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// closureRoot binds the store paths and links /bin/sh and /usr/bin/env to
+// the environment's, when it has them.
+func closureRoot(paths []string, env string, host HostFS) ([]Mount, error) {
+	sorted := append([]string(nil), paths...)
+	sort.Strings(sorted)
+	p := []Mount{{Op: OpDir, Target: "/nix/store", Mode: 0o755}}
+	hasEnv := false
+	for i, sp := range sorted {
+		if i > 0 && sorted[i-1] == sp {
+			continue
+		}
+		if !strings.HasPrefix(sp, "/nix/store/") || path.Clean(sp) != sp || strings.Count(sp, "/") != 3 {
+			return nil, fmt.Errorf("jail plan: closure path %q is not a /nix/store/<hash>-<name> path", sp)
+		}
+		if sp == env {
+			hasEnv = true
+		}
+		p = append(p, Mount{Op: OpBind, Source: sp, Target: sp, ReadOnly: true, Flags: "nosuid,nodev"})
+	}
+	if env == "" {
+		return p, nil
+	}
+	if !hasEnv {
+		return nil, fmt.Errorf("jail plan: env path %s is not one of the closure paths", env)
+	}
+	p = append(p, Mount{Op: OpDir, Target: "/bin", Mode: 0o755}, Mount{Op: OpDir, Target: "/usr/bin", Mode: 0o755})
+	for _, l := range []struct{ name, link string }{{"sh", "/bin/sh"}, {"env", "/usr/bin/env"}} {
+		if _, err := host.Lstat(env + "/bin/" + l.name); err == nil {
+			p = append(p, Mount{Op: OpSymlink, Source: env + "/bin/" + l.name, Target: l.link})
+		}
+	}
+	return p, nil
+}

@@ -1,0 +1,250 @@
+package jail
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// InitArg is the hidden first argument that makes the binary the jail's
+// init instead of the CLI.
+const InitArg = "__agentsandbox_init"
+
+// Environment variables that carry descriptor numbers and the stage to the
+// re-executed init.
+const (
+	envConfigFD = "_AGENTSANDBOX_CONFIG_FD" // read end: the parent's config (its arrival is the "go")
+	envStatusFD = "_AGENTSANDBOX_STATUS_FD" // write end: ready/error messages to the parent
+	envNetnsFD  = "_AGENTSANDBOX_NETNS_FD"  // the network namespace to join
+	envStage    = "_AGENTSANDBOX_INIT_STAGE"
+)
+
+// childConfig is the JSON the parent sends on Release.
+type childConfig struct {
+	RootDir  string  `json:"rootDir"`
+	Hostname string  `json:"hostname"`
+	Plan     []Mount `json:"plan"`
+}
+
+// message is what the init reports back, one JSON object per message.
+type message struct {
+	Ready bool   `json:"ready,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Process is a started jail.
+type Process struct {
+	cmd     *exec.Cmd
+	config  []byte
+	cfgW    *os.File
+	status  chan message // messages from the init, closed at EOF
+	done    chan struct{}
+	waitErr error
+
+	mu       sync.Mutex
+	released bool
+	msgs     []string // errors the init reported after it was ready
+}
+
+// Start starts the jail's init and holds it: it runs nothing until Release.
+// Place it in its cgroup (Pid) in between. The root is planned here, so a
+// bad configuration fails before any process exists.
+func Start(cfg Config) (*Process, error) {
+	if cfg.NetnsPath == "" {
+		return nil, errors.New("start jail: no network namespace given; a jail never shares the host's network")
+	}
+	if cfg.RootDir == "" {
+		return nil, errors.New("start jail: no root directory given")
+	}
+	plan, err := Plan(cfg, OSFS)
+	if err != nil {
+		return nil, fmt.Errorf("start jail: %w", err)
+	}
+	config, err := json.Marshal(childConfig{RootDir: cfg.RootDir, Hostname: cfg.Hostname, Plan: plan})
+	if err != nil {
+		return nil, fmt.Errorf("start jail: encode config: %w", err)
+	}
+	netnsFile, err := os.Open(cfg.NetnsPath)
+	if err != nil {
+		return nil, fmt.Errorf("start jail: open network namespace: %w", err)
+	}
+	defer netnsFile.Close()
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("start jail: config pipe: %w", err)
+	}
+	defer cfgR.Close()
+	statR, statW, err := os.Pipe()
+	if err != nil {
+		cfgW.Close()
+		return nil, fmt.Errorf("start jail: status pipe: %w", err)
+	}
+	defer statW.Close()
+
+	cmd := exec.Command("/proc/self/exe", InitArg)
+	cmd.Args[0] = "agentsandbox-init"
+	cmd.ExtraFiles = []*os.File{cfgR, statW, netnsFile} // fds 3, 4, 5
+	cmd.Env = []string{
+		envStage + "=1",
+		envConfigFD + "=3",
+		envStatusFD + "=4",
+		envNetnsFD + "=5",
+	}
+	console := cfg.Console
+	if console == nil {
+		console = io.Discard
+	}
+	cmd.Stdout = console
+	cmd.Stderr = console
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	if cfg.CgroupFD > 0 {
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = cfg.CgroupFD
+	}
+	if err := cmd.Start(); err != nil {
+		cfgW.Close()
+		statR.Close()
+		return nil, fmt.Errorf("start jail init: %w", err)
+	}
+	p := &Process{
+		cmd:    cmd,
+		config: config,
+		cfgW:   cfgW,
+		status: make(chan message, 4),
+		done:   make(chan struct{}),
+	}
+	go p.readStatus(statR)
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *Process) readStatus(r *os.File) {
+	defer r.Close()
+	defer close(p.status)
+	dec := json.NewDecoder(r)
+	for {
+		var m message
+		if err := dec.Decode(&m); err != nil {
+			return
+		}
+		p.status <- m
+	}
+}
+
+// Pid is the init's pid on the host.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Release sends the configuration (the child's "go") and waits until the
+// jail is built and its init is about to run the job. A setup failure comes
+// back as an error such as "jail setup: mount proc on /proc: permission
+// denied"; the init has then exited or is exiting.
+func (p *Process) Release() error {
+	p.mu.Lock()
+	if p.released {
+		p.mu.Unlock()
+		return errors.New("release jail: already released")
+	}
+	p.released = true
+	p.mu.Unlock()
+	_, werr := p.cfgW.Write(p.config)
+	p.cfgW.Close()
+	m, ok := <-p.status
+	switch {
+	case ok && m.Ready:
+		go p.collect()
+		return nil
+	case ok && m.Error != "":
+		<-p.done
+		return errors.New(m.Error)
+	}
+	<-p.done
+	if werr != nil {
+		return fmt.Errorf("jail setup: send config: %w (init: %v)", werr, p.waitErr)
+	}
+	return fmt.Errorf("jail setup: init exited before it was ready: %v", p.waitErr)
+}
+
+// collect keeps the errors the init reports after it was ready.
+func (p *Process) collect() {
+	for m := range p.status {
+		if m.Error != "" {
+			p.mu.Lock()
+			p.msgs = append(p.msgs, m.Error)
+			p.mu.Unlock()
+		}
+	}
+}
+
+// Done is closed when the init has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Wait waits for the init to exit. It returns nil when the init exited 0,
+// which it does only after result.json was written; otherwise the init's
+// exit status and any error it reported.
+func (p *Process) Wait() error {
+	<-p.done
+	p.mu.Lock()
+	released := p.released
+	msgs := append([]string(nil), p.msgs...)
+	p.mu.Unlock()
+	if !released {
+		p.cfgW.Close()
+	}
+	if p.waitErr == nil {
+		return nil
+	}
+	if len(msgs) > 0 {
+		return fmt.Errorf("jail init: %v: %s", p.waitErr, msgs[0])
+	}
+	return fmt.Errorf("jail init: %w", p.waitErr)
+}
+
+// Kill sends SIGKILL to the init; the kernel then kills every process of the
+// jail's pid namespace. Killing an init that already exited is not an error.
+func (p *Process) Kill() error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("kill jail init %d: %w", p.Pid(), err)
+	}
+	return nil
+}
+
+// Close releases a process that was never released: the held child reads
+// EOF instead of a config and exits.
+func (p *Process) Close() error {
+	p.mu.Lock()
+	released := p.released
+	p.released = true
+	p.mu.Unlock()
+	if !released {
+		p.cfgW.Close()
+	}
+	return nil
+}
+
+func fdFromEnv(name string) (int, error) {
+	v := os.Getenv(name)
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return -1, fmt.Errorf("jail init: %s=%q is not a descriptor number (only agentsandbox itself starts the init)", name, v)
+	}
+	return fd, nil
+}
