@@ -90,7 +90,7 @@ func TestPlanHost(t *testing.T) {
 	host := fakeFS{
 		"/usr": "dir", "/bin": "->usr/bin", "/sbin": "->usr/sbin", "/lib": "->usr/lib",
 		"/lib64": "->/usr/lib64", "/lib32": "->/opt/lib32", "/opt/lib32": "dir",
-		"/libx32": "->/nowhere",
+		"/libx32":          "->/nowhere",
 		"/etc/ld.so.cache": "file",
 	}
 	p, err := Plan(Config{Hostname: "hello", Workspace: "/w", ControlDir: "/c", TmpBytes: 1 << 20}, host)
