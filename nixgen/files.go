@@ -1,0 +1,103 @@
+package nixgen
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// File is one generated file: a slash-separated path relative to the output
+// directory, and its bytes.
+type File struct {
+	Path string
+	Data []byte
+}
+
+// Files is the ordered set of generated files: flake.nix first, then
+// steps/<step>.nix in the workflow's step order.
+type Files []File
+
+// Get returns the bytes of the file at path, and whether it exists.
+func (fs Files) Get(path string) ([]byte, bool) {
+	for _, f := range fs {
+		if f.Path == path {
+			return f.Data, true
+		}
+	}
+	return nil, false
+}
+
+// Paths lists the files' paths in order.
+func (fs Files) Paths() []string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.Path
+	}
+	return out
+}
+
+// WriteDir writes every file below dir, creating directories as needed. Each
+// file is written atomically (temporary file in the same directory, fsync,
+// rename), so a reader sees the old or the new content, never a torn file.
+// Files in dir that are not part of fs are left alone.
+func (fs Files) WriteDir(dir string) error {
+	for _, f := range fs {
+		if err := checkRelPath(f.Path); err != nil {
+			return fmt.Errorf("write %s: %w", dir, err)
+		}
+		dst := filepath.Join(dir, filepath.FromSlash(f.Path))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return fmt.Errorf("write %s: %w", dst, err)
+		}
+		if err := writeFileAtomic(dst, f.Data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkRelPath refuses paths that would leave the output directory.
+func checkRelPath(p string) error {
+	if p == "" || strings.HasPrefix(p, "/") || filepath.Clean(filepath.FromSlash(p)) != filepath.FromSlash(p) ||
+		p == ".." || strings.HasPrefix(p, "../") {
+		return fmt.Errorf("file path %q is not a clean relative path", p)
+	}
+	return nil
+}
+
+// writeFileAtomic writes data to path through a temporary file in the same
+// directory, fsyncs it, renames it into place and fsyncs the directory.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = tmp.Chmod(perm); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("write %s: fsync: %w", path, err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if d, derr := os.Open(dir); derr == nil {
+		_ = d.Sync() // best effort: the rename is already visible
+		d.Close()
+	}
+	return nil
+}

@@ -1,0 +1,245 @@
+package nixgen
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/templates"
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+// Defaults for Options.
+const (
+	DefaultProjectFlake = "github:agentsandbox/agentsandbox"
+	DefaultSystem       = "x86_64-linux"
+)
+
+// Names of things in the VM's working directory. microvm-run resolves every
+// relative path against its current directory, so the VM runner starts it in
+// a directory of its own holding these entries.
+const (
+	// ControlSocket is microvm.socket, the hypervisor's control socket;
+	// with it the runner has bin/microvm-shutdown.
+	ControlSocket = "vm.sock"
+	// ControlSource and WorkspaceSource are the share sources (qemu 9p,
+	// cloud-hypervisor virtiofs): the control directory and the workspace,
+	// as entries (directories, binds or symlinks) of the working directory.
+	ControlSource   = "control"
+	WorkspaceSource = "workspace"
+	// ControlImage and WorkspaceImage are firecracker's volume images (it
+	// has no shares): ext4 images the runner prepares from the control
+	// directory and the workspace before boot and reads back afterwards.
+	ControlImage   = "control.img"
+	WorkspaceImage = "workspace.img"
+	// ControlImageMiB is the size of the control volume.
+	ControlImageMiB = 64
+	// MinWorkspaceImageMiB is the smallest workspace volume.
+	MinWorkspaceImageMiB = 256
+)
+
+// Guest network addressing on the step's tap link, inside the step's own
+// network namespace (so every step can use the same addresses). The netns
+// code gives the tap HostAddress; the guest takes GuestAddress and routes
+// through HostAddress, which also answers DNS.
+const (
+	HostAddress  = "10.231.0.1"
+	GuestAddress = "10.231.0.2/30"
+)
+
+// Options tune Generate. The zero value uses the defaults.
+type Options struct {
+	// ProjectFlake is the flake reference of this project, which provides
+	// nixosModules.guest and the guest agent. Default DefaultProjectFlake.
+	ProjectFlake string
+	// System is the Nix system the VMs and environments are built for.
+	// Default DefaultSystem.
+	System string
+}
+
+func (o Options) withDefaults() Options {
+	if o.ProjectFlake == "" {
+		o.ProjectFlake = DefaultProjectFlake
+	}
+	if o.System == "" {
+		o.System = DefaultSystem
+	}
+	return o
+}
+
+// RunnerAttr is the flake attribute of a step's microvm.nix runner
+// (config.microvm.declaredRunner): packages.<system>.<step>.
+func (o Options) RunnerAttr(step string) string {
+	return "packages." + o.withDefaults().System + "." + step
+}
+
+// EnvAttr is the flake attribute of a step's package environment (a
+// buildEnv of its packages) for the namespace backend:
+// legacyPackages.<system>.stepEnvs.<step>. It lives under legacyPackages so
+// a step name can never collide with a runner.
+func (o Options) EnvAttr(step string) string {
+	return "legacyPackages." + o.withDefaults().System + ".stepEnvs." + step
+}
+
+// ConfigAttr is the flake attribute of a step's NixOS configuration:
+// nixosConfigurations.<step>.
+func ConfigAttr(step string) string { return "nixosConfigurations." + step }
+
+// ErrNoNixpkgs is returned by Generate for a workflow that pins no nixpkgs:
+// there is nothing for Nix to build, and its steps run in the namespace
+// backend on the host's own tools.
+var ErrNoNixpkgs = errors.New("workflow pins no nixpkgs, so it has no flake to generate; add a nixpkgs: pin to use Nix")
+
+// stepNameRE is a DNS label; names also become file names and flake
+// attributes, so Generate checks them again.
+var stepNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// Generate renders the flake for w. The result is deterministic: the same
+// workflow and options give byte-identical files.
+func Generate(w *workflow.Workflow, opts Options) (Files, error) {
+	opts = opts.withDefaults()
+	if w == nil {
+		return nil, errors.New("generate nix: no workflow")
+	}
+	if w.Nixpkgs == nil {
+		return nil, fmt.Errorf("generate nix for workflow %q: %w", w.Name, ErrNoNixpkgs)
+	}
+	if len(w.Steps) == 0 {
+		return nil, fmt.Errorf("generate nix for workflow %q: it has no steps", w.Name)
+	}
+	for _, c := range []struct{ what, v string }{
+		{"workflow name", w.Name}, {"nixpkgs ref", w.Nixpkgs.Ref}, {"nixpkgs narHash", w.Nixpkgs.NarHash},
+		{"project flake", opts.ProjectFlake}, {"system", opts.System},
+	} {
+		if err := CheckString(c.what, c.v); err != nil {
+			return nil, fmt.Errorf("generate nix: %w", err)
+		}
+	}
+	fd := flakeData{
+		Description: String("agentsandbox workflow " + w.Name),
+		Nixpkgs:     nixpkgsInput(w.Nixpkgs),
+		MicrovmURL:  String(MicrovmFlake),
+		ProjectURL:  String(opts.ProjectFlake),
+		System:      String(opts.System),
+	}
+	files := Files{{Path: "flake.nix"}}
+	seen := map[string]bool{}
+	for i := range w.Steps {
+		s := &w.Steps[i]
+		if !stepNameRE.MatchString(s.Name) {
+			return nil, fmt.Errorf("generate nix: step name %q is not a DNS label (lowercase letters, digits, '-')", s.Name)
+		}
+		if seen[s.Name] {
+			return nil, fmt.Errorf("generate nix: step %q appears twice", s.Name)
+		}
+		seen[s.Name] = true
+		sd, fs, err := stepFor(w.Name, s)
+		if err != nil {
+			return nil, fmt.Errorf("generate nix for step %q: %w", s.Name, err)
+		}
+		fd.Steps = append(fd.Steps, fs)
+		b, err := render("step.nix.tmpl", sd)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, File{Path: "steps/" + s.Name + ".nix", Data: b})
+	}
+	b, err := render("flake.nix.tmpl", fd)
+	if err != nil {
+		return nil, err
+	}
+	files[0].Data = b
+	return files, nil
+}
+
+// MicrovmFlake is the microvm.nix input. Its revision is pinned by the
+// flake.lock Nix writes on the first build, which the realiser keeps.
+const MicrovmFlake = "github:microvm-nix/microvm.nix"
+
+// githubRefRE matches the usual nixpkgs pin, github:OWNER/REPO/COMMIT.
+var githubRefRE = regexp.MustCompile(`^github:([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)/([0-9a-f]{40})$`)
+
+// nixpkgsInput renders the nixpkgs input. With a narHash and a github ref it
+// is the attribute form { type = "github"; ...; narHash = ...; }, which
+// every flakes-capable Nix verifies (Nix before 2.2x ignores a narHash
+// query parameter on github: URLs). Other refs with a narHash get it as a
+// query parameter, which current Nix accepts for every input type.
+func nixpkgsInput(n *workflow.Nixpkgs) nixpkgsData {
+	if n.NarHash == "" {
+		return nixpkgsData{URL: String(n.Ref)}
+	}
+	if m := githubRefRE.FindStringSubmatch(n.Ref); m != nil {
+		return nixpkgsData{GitHub: &githubData{
+			Owner: String(m[1]), Repo: String(m[2]), Rev: String(m[3]), NarHash: String(n.NarHash),
+		}}
+	}
+	sep := "?"
+	if strings.Contains(n.Ref, "?") {
+		sep = "&"
+	}
+	return nixpkgsData{URL: String(n.Ref + sep + "narHash=" + n.NarHash)}
+}
+
+// stepDigest identifies a step of a workflow by the two names: the tap name
+// and the MAC address come from it, so they stay the same when the step's
+// script or resources change and the host side can rely on them.
+func stepDigest(workflowName, step string) [32]byte {
+	h := sha256.New()
+	h.Write([]byte("agentsandbox/nixgen/step\x00"))
+	h.Write([]byte(workflowName))
+	h.Write([]byte{0})
+	h.Write([]byte(step))
+	var d [32]byte
+	h.Sum(d[:0])
+	return d
+}
+
+// TapID is the host-side name of a step's tap interface: "asb" and 12 hex
+// digits of the step's digest, 15 characters (Linux's limit).
+func TapID(workflowName, step string) string {
+	d := stepDigest(workflowName, step)
+	return fmt.Sprintf("asb%x", d[:6])
+}
+
+// MAC is the guest's MAC address on the tap: locally administered, unicast
+// (first octet 0x02), the rest from the step's digest.
+func MAC(workflowName, step string) string {
+	d := stepDigest(workflowName, step)
+	return fmt.Sprintf("02:%02x:%02x:%02x:%02x:%02x", d[6], d[7], d[8], d[9], d[10])
+}
+
+// MemMiB converts a memory quota in bytes to microvm.mem, in MiB rounded up.
+// Exactly 2048 MiB is known to hang qemu (microvm.nix), so with qemu it
+// becomes 2049.
+func MemMiB(memory int64, hv workflow.Hypervisor) (mib int, bumped bool) {
+	const m = 1 << 20
+	mib = int((memory + m - 1) / m)
+	if mib == 2048 && hv == workflow.HypervisorQEMU {
+		return 2049, true
+	}
+	return mib, false
+}
+
+func render(name string, data any) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := tmpl.ExecuteTemplate(&buf, name, data); err != nil {
+		return nil, fmt.Errorf("render %s: %w", name, err)
+	}
+	return buf.Bytes(), nil
+}
+
+var tmpl = template.Must(template.New("nixgen").Option("missingkey=error").ParseFS(templates.FS, "*.tmpl"))
+
+// itoa is for template data that is a number in Nix.
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// guestConstants are the guest protocol's mount points and tags.
+var guestConstants = struct{ ControlTag, WorkspaceTag, ControlMount, WorkspaceMount string }{
+	guest.ControlTag, guest.WorkspaceTag, guest.ControlMount, guest.WorkspaceMount,
+}

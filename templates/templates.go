@@ -1,0 +1,12 @@
+// Package templates holds the text/templates nixgen renders into a
+// workflow's flake: flake.nix.tmpl (the flake) and step.nix.tmpl (one NixOS
+// module per step). They print only values nixgen has already rendered as
+// Nix (escaped string literals, numbers), never raw user strings.
+package templates
+
+import "embed"
+
+// FS holds every *.tmpl file of this directory.
+//
+//go:embed *.tmpl
+var FS embed.FS
