@@ -148,12 +148,21 @@ func (p *parser) pairs(n *yaml.Node, what string, depth int) ([]pair, bool) {
 // fields reads a mapping whose keys must come from known; unknown keys are
 // reported with a suggestion.
 func (p *parser) fields(n *yaml.Node, what string, known []string) (map[string]pair, bool) {
+	return p.fieldsExt(n, what, known, false)
+}
+
+// fieldsExt is fields; with extensions, keys starting with "x-" are
+// ignored (a place for YAML anchors, as in Compose files).
+func (p *parser) fieldsExt(n *yaml.Node, what string, known []string, extensions bool) (map[string]pair, bool) {
 	ps, ok := p.pairs(n, what, 0)
 	if !ok {
 		return nil, false
 	}
 	m := make(map[string]pair, len(ps))
 	for _, e := range ps {
+		if extensions && strings.HasPrefix(e.key, "x-") {
+			continue
+		}
 		if !contains(known, e.key) {
 			hint := suggest(e.key, known)
 			if hint == "" {

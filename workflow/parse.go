@@ -181,7 +181,7 @@ type stepSpec struct {
 
 func (p *parser) workflow(n *yaml.Node) *Workflow {
 	n = resolve(n)
-	f, ok := p.fields(n, "the workflow", workflowKeys)
+	f, ok := p.fieldsExt(n, "the workflow", workflowKeys, true)
 	if !ok {
 		return nil
 	}
@@ -194,6 +194,10 @@ func (p *parser) workflow(n *yaml.Node) *Workflow {
 				hint = "; add apiVersion: " + APIVersion
 			case "kind":
 				hint = "; add kind: " + Kind
+			case "name":
+				hint = "; add name: my-workflow"
+			case "steps":
+				hint = "; add steps: with at least one {name, run}"
 			}
 			p.errorf(n, "the workflow has no %s%s", k, hint)
 		}
@@ -336,7 +340,7 @@ func flakeRev(ref string) (string, error) {
 				return parts[2], nil
 			}
 			if qrev == "" {
-				return "", fmt.Errorf("is pinned to %q, a branch or tag that moves; use a full 40-hex commit: %s", parts[2], how)
+				return "", fmt.Errorf("is pinned to %q, a branch or tag that moves; %s", parts[2], how)
 			}
 		}
 	}
@@ -573,7 +577,11 @@ func (p *parser) env(n *yaml.Node, what string) map[string]string {
 		}
 		v := resolve(e.v)
 		if v.Kind != yaml.ScalarNode || isNull(v) {
-			p.errorf(v, "%s: %s must be a string, not %s (write %s: \"\" for an empty value)", what, e.key, describe(v), e.key)
+			hint := ""
+			if isNull(v) {
+				hint = fmt.Sprintf(" (write %s: \"\" for an empty value)", e.key)
+			}
+			p.errorf(v, "%s: %s must be a string, not %s%s", what, e.key, describe(v), hint)
 			continue
 		}
 		m[e.key] = v.Value

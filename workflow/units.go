@@ -41,6 +41,9 @@ func splitQuantity(s string) (int64, string, error) {
 	if err != nil {
 		return 0, "", errors.New("is too large")
 	}
+	if i < len(s) && (s[i] == '.' || s[i] == ',') {
+		return 0, "", errors.New("is not a whole number; use a smaller unit (1.5GiB is 1536MiB)")
+	}
 	unit := strings.TrimSpace(s[i:])
 	if unit == "" {
 		return n, "", errNoUnit
