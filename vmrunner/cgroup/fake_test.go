@@ -1,0 +1,384 @@
+package cgroup
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+)
+
+// These tests run the file logic against a fake cgroupfs: plain
+// directories holding the files the kernel would offer.
+
+func write(t *testing.T, p, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func read(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// fakeRmdir behaves like rmdir on cgroupfs: control files do not keep a
+// directory alive, child directories do.
+func fakeRmdir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			return syscall.ENOTEMPTY
+		}
+	}
+	return os.RemoveAll(dir)
+}
+
+func fakeV2(t *testing.T, controllers string) string {
+	mount := t.TempDir()
+	write(t, filepath.Join(mount, "cgroup.controllers"), controllers+"\n")
+	return mount
+}
+
+func TestV2Limits(t *testing.T) {
+	mount := fakeV2(t, "cpuset cpu io memory hugetlb pids rdma misc")
+	leaf := filepath.Join(mount, "asb/run/step")
+	write(t, filepath.Join(leaf, "memory.swap.max"), "max\n") // the kernel accounts swap
+	l := Limits{MemoryBytes: 64 << 20, PIDs: 32, VCPU: 2, IOReadBps: 1000, IOWriteBps: 2000, IODevices: []Device{{254, 0}}}
+	g, err := newAt("v2", mount, "/asb/run/step", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Version() != "v2" || !reflect.DeepEqual(g.Dirs(), []string{leaf}) {
+		t.Errorf("version %s dirs %v", g.Version(), g.Dirs())
+	}
+	for _, d := range []string{"", "asb", "asb/run"} {
+		if got := read(t, filepath.Join(mount, d, "cgroup.subtree_control")); got != "+memory +pids +cpu +io" {
+			t.Errorf("%s/cgroup.subtree_control = %q", d, got)
+		}
+	}
+	if exists(filepath.Join(leaf, "cgroup.subtree_control")) {
+		t.Error("controllers enabled below the step's own group")
+	}
+	want := map[string]string{
+		"memory.max":      "67108864",
+		"memory.swap.max": "0",
+		"pids.max":        "32",
+		"cpu.max":         "200000 100000",
+		"io.max":          "254:0 rbps=1000 wbps=2000",
+	}
+	for f, v := range want {
+		if got := read(t, filepath.Join(leaf, f)); got != v {
+			t.Errorf("%s = %q, want %q", f, got, v)
+		}
+	}
+
+	if err := g.Add(4242); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, filepath.Join(leaf, "cgroup.procs")); got != "4242" {
+		t.Errorf("cgroup.procs = %q", got)
+	}
+	f, err := g.FD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+}
+
+func TestV2NoSwapAccountingNoIO(t *testing.T) {
+	mount := fakeV2(t, "cpu memory pids")
+	g, err := newAt("v2", mount, "/asb/r/s", Limits{MemoryBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := g.Dirs()[0]
+	if exists(filepath.Join(leaf, "memory.swap.max")) {
+		t.Error("wrote memory.swap.max where the kernel has none")
+	}
+	for _, f := range []string{"pids.max", "cpu.max", "io.max"} {
+		if exists(filepath.Join(leaf, f)) {
+			t.Errorf("wrote %s without a limit", f)
+		}
+	}
+	if got := read(t, filepath.Join(mount, "cgroup.subtree_control")); got != "+memory +pids +cpu" {
+		t.Errorf("subtree_control = %q", got)
+	}
+	_, err = newAt("v2", mount, "/asb/r/t", Limits{IOWriteBps: 1, IODevices: []Device{{8, 0}}})
+	if err == nil || !strings.Contains(err.Error(), "io") {
+		t.Errorf("io limit without the io controller: %v", err)
+	}
+}
+
+func TestLimitsValidate(t *testing.T) {
+	if err := (Limits{IOReadBps: 5}).validate(); err == nil || !strings.Contains(err.Error(), "IODevices") {
+		t.Errorf("io limit without devices: %v", err)
+	}
+	if err := (Limits{PIDs: -1}).validate(); err == nil {
+		t.Error("negative limit accepted")
+	}
+	for _, p := range []string{"", "/", "rel", "/a/../b", "/a/"} {
+		if checkPath(p) == nil {
+			t.Errorf("checkPath(%q) accepted", p)
+		}
+	}
+}
+
+func TestV2Usage(t *testing.T) {
+	mount := fakeV2(t, "cpu memory pids")
+	g, err := newAt("v2", mount, "/asb/r/s", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := g.Dirs()[0]
+	write(t, filepath.Join(leaf, "memory.peak"), "1048576\n")
+	write(t, filepath.Join(leaf, "memory.current"), "4096\n")
+	write(t, filepath.Join(leaf, "cpu.stat"), "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 3\nnr_throttled 1\nthrottled_usec 250\n")
+	write(t, filepath.Join(leaf, "memory.events"), "low 0\nhigh 0\nmax 7\noom 2\noom_kill 2\noom_group_kill 0\n")
+	write(t, filepath.Join(leaf, "pids.current"), "3\n")
+	write(t, filepath.Join(leaf, "pids.peak"), "9\n")
+	u, err := g.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := vmrunner.Usage{PeakMemoryBytes: 1 << 20, CPUTime: 1500 * time.Microsecond, PidsPeak: 9, OOMKills: 2, ThrottledTime: 250 * time.Microsecond}
+	if u != want {
+		t.Errorf("usage = %+v, want %+v", u, want)
+	}
+
+	// Older kernels: no memory.peak, no pids.peak.
+	os.Remove(filepath.Join(leaf, "memory.peak"))
+	os.Remove(filepath.Join(leaf, "pids.peak"))
+	write(t, filepath.Join(leaf, "pids.current"), "5\n")
+	if u, err = g.Usage(); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(leaf, "pids.current"), "2\n")
+	if u, err = g.Usage(); err != nil {
+		t.Fatal(err)
+	}
+	if u.PeakMemoryBytes != 4096 || u.PidsPeak != 5 {
+		t.Errorf("fallback usage = %+v, want memory.current 4096 and the highest pids.current seen, 5", u)
+	}
+}
+
+func TestV2KillDeleteList(t *testing.T) {
+	mount := fakeV2(t, "cpu memory pids")
+	var groups []*Group
+	for _, p := range []string{"/asb/r1/a", "/asb/r1/b", "/asb/r2/a"} {
+		g, err := newAt("v2", mount, p, Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.rmdir = fakeRmdir
+		write(t, filepath.Join(g.Dirs()[0], "cgroup.kill"), "")
+		write(t, filepath.Join(g.Dirs()[0], "cgroup.procs"), "")
+		groups = append(groups, g)
+	}
+	top, err := openAt("v2", mount, "/asb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := top.leaves()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"/asb/r1/a", "/asb/r1/b", "/asb/r2/a"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("leaves = %v, want %v", got, want)
+	}
+
+	if err := groups[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, filepath.Join(groups[0].Dirs()[0], "cgroup.kill")); got != "1" {
+		t.Errorf("cgroup.kill = %q, want 1", got)
+	}
+	if err := groups[0].Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if exists(filepath.Join(mount, "asb/r1/a")) || !exists(filepath.Join(mount, "asb/r1/b")) {
+		t.Error("Delete removed the wrong group")
+	}
+	if err := groups[1].Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if exists(filepath.Join(mount, "asb/r1")) {
+		t.Error("the emptied run directory is left")
+	}
+	if !exists(filepath.Join(mount, "asb/r2/a")) {
+		t.Error("Delete pruned a parent that still has a group")
+	}
+	if err := groups[2].Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if exists(filepath.Join(mount, "asb")) {
+		t.Error("the emptied top directory is left")
+	}
+	if err := groups[2].Delete(); err != nil {
+		t.Errorf("second Delete: %v", err)
+	}
+}
+
+func TestDeleteWaitsAndNamesLeftovers(t *testing.T) {
+	mount := fakeV2(t, "cpu memory pids")
+	g, err := newAt("v2", mount, "/asb/r/s", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.rmdir = fakeRmdir
+	leaf := g.Dirs()[0]
+	write(t, filepath.Join(leaf, "cgroup.kill"), "")
+	// pid 2^22+1 is above pid_max, so the fake's process never leaves.
+	write(t, filepath.Join(leaf, "cgroup.procs"), "4194305\n")
+	old := deleteTimeout
+	deleteTimeout = 50 * time.Millisecond
+	defer func() { deleteTimeout = old }()
+	err = g.Delete()
+	if err == nil || !strings.Contains(err.Error(), "4194305") {
+		t.Fatalf("Delete of a group that stays busy = %v, want an error naming pid 4194305", err)
+	}
+	if !exists(leaf) {
+		t.Error("Delete removed a busy group")
+	}
+}
+
+func fakeV1(t *testing.T, swap bool, controllers ...string) string {
+	root := t.TempDir()
+	for _, c := range controllers {
+		write(t, filepath.Join(root, c, "cgroup.procs"), "")
+	}
+	if swap {
+		write(t, filepath.Join(root, "memory", "memory.memsw.limit_in_bytes"), "9223372036854771712\n")
+	}
+	return root
+}
+
+func TestV1Limits(t *testing.T) {
+	root := fakeV1(t, true, controllersV1...)
+	l := Limits{MemoryBytes: 64 << 20, PIDs: 32, VCPU: 2, IOReadBps: 1000, IOWriteBps: 2000, IODevices: []Device{{254, 0}}}
+	g, err := newAt("v1", root, "/asb/run/step", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantDirs []string
+	for _, c := range controllersV1 {
+		wantDirs = append(wantDirs, filepath.Join(root, c, "asb/run/step"))
+	}
+	if g.Version() != "v1" || !reflect.DeepEqual(g.Dirs(), wantDirs) {
+		t.Errorf("version %s dirs %v, want %v", g.Version(), g.Dirs(), wantDirs)
+	}
+	want := map[string]string{
+		"memory/asb/run/step/memory.limit_in_bytes":          "67108864",
+		"memory/asb/run/step/memory.memsw.limit_in_bytes":    "67108864",
+		"pids/asb/run/step/pids.max":                         "32",
+		"cpu/asb/run/step/cpu.cfs_period_us":                 "100000",
+		"cpu/asb/run/step/cpu.cfs_quota_us":                  "200000",
+		"blkio/asb/run/step/blkio.throttle.read_bps_device":  "254:0 1000",
+		"blkio/asb/run/step/blkio.throttle.write_bps_device": "254:0 2000",
+	}
+	for f, v := range want {
+		if got := read(t, filepath.Join(root, f)); got != v {
+			t.Errorf("%s = %q, want %q", f, got, v)
+		}
+	}
+	if err := g.Add(77); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range wantDirs {
+		if got := read(t, filepath.Join(d, "cgroup.procs")); got != "77" {
+			t.Errorf("%s/cgroup.procs = %q", d, got)
+		}
+	}
+	if _, err := g.FD(); !errors.Is(err, ErrNoFD) {
+		t.Errorf("FD on v1 = %v, want ErrNoFD", err)
+	}
+}
+
+func TestV1NoSwapAccountingNoBlkio(t *testing.T) {
+	root := fakeV1(t, false, "memory", "pids", "cpu", "cpuacct", "freezer")
+	g, err := newAt("v1", root, "/asb/r/s", Limits{MemoryBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exists(filepath.Join(root, "memory/asb/r/s/memory.memsw.limit_in_bytes")) {
+		t.Error("wrote memsw where the kernel does not account swap")
+	}
+	if len(g.Dirs()) != 5 {
+		t.Errorf("dirs = %v, want five without blkio", g.Dirs())
+	}
+	if _, err := newAt("v1", root, "/asb/r/t", Limits{IOReadBps: 1, IODevices: []Device{{8, 0}}}); err == nil || !strings.Contains(err.Error(), "blkio") {
+		t.Errorf("io limit without blkio: %v", err)
+	}
+	bare := fakeV1(t, false, "memory", "pids", "cpu", "cpuacct")
+	if _, err := newAt("v1", bare, "/asb/r/s", Limits{}); err == nil || !strings.Contains(err.Error(), "freezer") {
+		t.Errorf("missing freezer: %v", err)
+	}
+}
+
+func TestV1CoMountedCPU(t *testing.T) {
+	root := fakeV1(t, false, "memory", "pids", "cpu,cpuacct", "freezer")
+	for _, l := range []string{"cpu", "cpuacct"} {
+		if err := os.Symlink("cpu,cpuacct", filepath.Join(root, l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, err := newAt("v1", root, "/asb/r/s", Limits{VCPU: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Dirs()) != 4 {
+		t.Errorf("dirs = %v, want cpu and cpuacct to share one", g.Dirs())
+	}
+}
+
+func TestV1Usage(t *testing.T) {
+	root := fakeV1(t, false, "memory", "pids", "cpu", "cpuacct", "freezer")
+	g, err := newAt("v1", root, "/asb/r/s", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := func(c, f string) string { return filepath.Join(root, c, "asb/r/s", f) }
+	write(t, d("memory", "memory.max_usage_in_bytes"), "2097152\n")
+	write(t, d("memory", "memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
+	write(t, d("cpuacct", "cpuacct.usage"), "123456789\n")
+	write(t, d("cpu", "cpu.stat"), "nr_periods 4\nnr_throttled 2\nthrottled_time 5000000\n")
+	write(t, d("pids", "pids.current"), "4\n")
+	u, err := g.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := vmrunner.Usage{PeakMemoryBytes: 2 << 20, CPUTime: 123456789, PidsPeak: 4, OOMKills: 1, ThrottledTime: 5 * time.Millisecond}
+	if u != want {
+		t.Errorf("usage = %+v, want %+v", u, want)
+	}
+	write(t, d("pids", "pids.peak"), "11\n")
+	if u, _ = g.Usage(); u.PidsPeak != 11 {
+		t.Errorf("pids peak = %d, want pids.peak 11", u.PidsPeak)
+	}
+}
+
+func TestParseDevice(t *testing.T) {
+	d, err := parseDevice("254:16")
+	if err != nil || d != (Device{254, 16}) || d.String() != "254:16" {
+		t.Errorf("parseDevice = %v, %v", d, err)
+	}
+	if _, err := parseDevice("vda"); err == nil {
+		t.Error("parseDevice accepted a name")
+	}
+}
