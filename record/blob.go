@@ -1,0 +1,288 @@
+package record
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/nix-community/go-nix/pkg/nar"
+)
+
+// BlobPath returns where blob d is (or would be) stored.
+func (s *Store) BlobPath(d Digest) string {
+	h := d.Hex()
+	return filepath.Join(s.dir, "blobs", h[:2], h)
+}
+
+// HasBlob reports whether blob d is present. It does not re-hash it.
+func (s *Store) HasBlob(d Digest) bool {
+	fi, err := os.Stat(s.BlobPath(d))
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// PutBlob streams r into the store, hashing as it writes, and returns the
+// blob's digest and size. A blob already present is kept and the new copy
+// dropped, so identical content is stored once.
+func (s *Store) PutBlob(r io.Reader) (Digest, int64, error) {
+	dir := filepath.Join(s.dir, "blobs")
+	f, err := os.CreateTemp(dir, tmpPrefix+"*")
+	if err != nil {
+		return Digest{}, 0, fmt.Errorf("put blob: %w", err)
+	}
+	tmp := f.Name()
+	fail := func(err error) (Digest, int64, error) {
+		f.Close()
+		os.Remove(tmp)
+		return Digest{}, 0, fmt.Errorf("put blob: %w", err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), r)
+	if err != nil {
+		return fail(err)
+	}
+	if err := f.Chmod(0o444); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		return fail(err)
+	}
+	var d Digest
+	h.Sum(d[:0])
+	final := s.BlobPath(d)
+	if s.HasBlob(d) {
+		os.Remove(tmp)
+		return d, n, nil
+	}
+	fanout := filepath.Dir(final)
+	_, statErr := os.Stat(fanout)
+	if err := os.MkdirAll(fanout, 0o755); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return fail(err)
+	}
+	if err := syncDir(fanout); err != nil {
+		return d, n, fmt.Errorf("put blob %s: %w", d, err)
+	}
+	if statErr != nil {
+		if err := syncDir(dir); err != nil {
+			return d, n, fmt.Errorf("put blob %s: %w", d, err)
+		}
+	}
+	return d, n, nil
+}
+
+// OpenBlob opens blob d. The reader re-hashes what it returns; at the end
+// of the blob it returns an error wrapping ErrHashMismatch instead of io.EOF
+// if the bytes do not hash to d. Read to the end before trusting the data.
+func (s *Store) OpenBlob(d Digest) (io.ReadCloser, error) {
+	path := s.BlobPath(d)
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("open blob %s: %w (expected at %s)", d, ErrBlobMissing, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open blob %s: %w", d, err)
+	}
+	return &verifyingReader{f: f, h: sha256.New(), want: d, path: path}, nil
+}
+
+type verifyingReader struct {
+	f    *os.File
+	h    hash.Hash
+	want Digest
+	path string
+}
+
+func (v *verifyingReader) Read(p []byte) (int, error) {
+	n, err := v.f.Read(p)
+	v.h.Write(p[:n])
+	if err == io.EOF {
+		var got Digest
+		v.h.Sum(got[:0])
+		if got != v.want {
+			return n, fmt.Errorf("blob %s: %w: %s hashes to %s", v.want, ErrHashMismatch, v.path, got)
+		}
+	}
+	return n, err
+}
+
+func (v *verifyingReader) Close() error { return v.f.Close() }
+
+// VerifyBlob re-hashes blob d.
+func (s *Store) VerifyBlob(d Digest) error {
+	r, err := s.OpenBlob(d)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return err
+	}
+	return nil
+}
+
+// PutNAR serialises path (a file, directory or symlink) as a NAR with
+// go-nix's nar.DumpPath and stores it as a blob. It returns the NAR hash,
+// the same value `nix hash path PATH` prints, and the NAR's size. The blob's
+// digest is hash.Blob().
+func (s *Store) PutNAR(path string) (NarHash, int64, error) {
+	if _, err := os.Lstat(path); err != nil {
+		return NarHash{}, 0, fmt.Errorf("put nar: %w", err)
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(nar.DumpPath(pw, path)) }()
+	d, n, err := s.PutBlob(pr)
+	pr.Close()
+	if err != nil {
+		return NarHash{}, 0, fmt.Errorf("put nar of %s: %w", path, err)
+	}
+	return NarHash(d), n, nil
+}
+
+// RestoreNAR unpacks the stored NAR h at dst, which must not exist. The NAR
+// is fully read and its hash checked before anything appears at dst: it is
+// unpacked beside dst and renamed into place.
+func (s *Store) RestoreNAR(h NarHash, dst string) error {
+	if _, err := os.Lstat(dst); err == nil {
+		return fmt.Errorf("restore nar %s: %s already exists", h, dst)
+	}
+	parent := filepath.Dir(dst)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("restore nar %s: %w", h, err)
+	}
+	stage, err := os.MkdirTemp(parent, tmpPrefix+"restore-*")
+	if err != nil {
+		return fmt.Errorf("restore nar %s: %w", h, err)
+	}
+	defer os.RemoveAll(stage)
+	root := filepath.Join(stage, "root")
+	if err := s.unpackNAR(h, root); err != nil {
+		return fmt.Errorf("restore nar %s to %s: %w", h, dst, err)
+	}
+	if err := os.Rename(root, dst); err != nil {
+		return fmt.Errorf("restore nar %s: %w", h, err)
+	}
+	return nil
+}
+
+func (s *Store) unpackNAR(h NarHash, root string) error {
+	blob, err := s.OpenBlob(h.Blob())
+	if err != nil {
+		return err
+	}
+	defer blob.Close()
+	nr, err := nar.NewReader(blob)
+	if err != nil {
+		return fmt.Errorf("read nar: %w", err)
+	}
+	defer nr.Close()
+	for {
+		hdr, err := nr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read nar: %w", err)
+		}
+		rel := strings.TrimPrefix(hdr.Path, "/")
+		p := root
+		if rel != "" {
+			if !filepath.IsLocal(rel) {
+				return fmt.Errorf("read nar: entry %q leaves the output", hdr.Path)
+			}
+			p = filepath.Join(root, rel)
+		}
+		switch hdr.Type {
+		case nar.TypeDirectory:
+			if err := os.Mkdir(p, 0o755); err != nil {
+				return err
+			}
+		case nar.TypeSymlink:
+			if err := os.Symlink(hdr.LinkTarget, p); err != nil {
+				return err
+			}
+		case nar.TypeRegular:
+			mode := os.FileMode(0o644)
+			if hdr.Executable {
+				mode = 0o755
+			}
+			f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(f, nr); err != nil {
+				f.Close()
+				return fmt.Errorf("read nar: %w", err)
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("read nar: entry %q has unknown type %v", hdr.Path, hdr.Type)
+		}
+	}
+	// Drain the blob so the verifying reader checks the hash of every byte,
+	// trailing ones included.
+	if _, err := io.Copy(io.Discard, blob); err != nil {
+		return err
+	}
+	return nil
+}
+
+var refName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+
+// PutRef records that key of kind (such as "git" and a commit) resolves to
+// blob d. Refs are how inputs that are not pinned by a content hash (a git
+// commit) find their cached content.
+func (s *Store) PutRef(kind, key string, d Digest) error {
+	path, err := s.refPath(kind, key)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("put ref %s/%s: %w", kind, key, err)
+	}
+	if err := writeFileAtomic(path, []byte(d.String()+"\n"), 0o644, nil); err != nil {
+		return fmt.Errorf("put ref %s/%s: %w", kind, key, err)
+	}
+	return nil
+}
+
+// Ref returns the digest stored for key of kind; ok is false when there is
+// none or its blob is gone.
+func (s *Store) Ref(kind, key string) (d Digest, ok bool, err error) {
+	path, err := s.refPath(kind, key)
+	if err != nil {
+		return d, false, err
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return d, false, nil
+	}
+	if err != nil {
+		return d, false, fmt.Errorf("read ref %s/%s: %w", kind, key, err)
+	}
+	d, err = ParseDigest(strings.TrimSpace(string(b)))
+	if err != nil {
+		return d, false, fmt.Errorf("read ref %s/%s (%s): %w", kind, key, path, err)
+	}
+	return d, s.HasBlob(d), nil
+}
+
+func (s *Store) refPath(kind, key string) (string, error) {
+	if !refName.MatchString(kind) || !refName.MatchString(key) {
+		return "", fmt.Errorf("ref %q/%q: names are lowercase letters, digits, '.', '_' and '-'", kind, key)
+	}
+	return filepath.Join(s.dir, "refs", kind, key), nil
+}

@@ -1,0 +1,164 @@
+package record
+
+import "time"
+
+// Version is the schema version this package writes. Decode refuses records
+// of any other version; docs/records.md lists what changed between versions.
+const Version = 1
+
+// Status is how a run or a step ended. Step statuses mirror the runner's.
+type Status string
+
+const (
+	StatusSucceeded Status = "succeeded" // every step (or the step) succeeded
+	StatusFailed    Status = "failed"    // a job failed, was killed, or left no result
+	StatusTimeout   Status = "timeout"   // a step ran past its timeout
+	StatusOOM       Status = "oom"       // a step was killed for memory
+	StatusSkipped   Status = "skipped"   // a step did not run because a step it needs failed
+	StatusError     Status = "error"     // the run stopped on an infrastructure error
+)
+
+// Record is one apply. Its canonical encoding (Encode) is its identity.
+//
+// Times are kept to the nanosecond and encoded in UTC. Slices that are sets
+// (inputs, steps, closures, outputs) are sorted by Encode, so the order in
+// which a caller appends them does not change the id.
+type Record struct {
+	Version     int       `json:"version"`
+	ToolVersion string    `json:"toolVersion"`
+	Workflow    Workflow  `json:"workflow"`
+	Policy      *Policy   `json:"policy,omitempty"` // nil: no policy was evaluated
+	Host        Host      `json:"host"`
+	Started     time.Time `json:"started"`
+	Finished    time.Time `json:"finished"`
+	Status      Status    `json:"status"`
+	// Error is why the run stopped, when Status is error.
+	Error string `json:"error,omitempty"`
+	// Parent is the record this run re-ran, if any.
+	Parent *ID     `json:"parent,omitempty"`
+	Inputs []Input `json:"inputs"`
+	Steps  []Step  `json:"steps"`
+}
+
+// Workflow pins the workflow file. FileDigest is the sha256 of the file's
+// exact bytes, and the blob store holds those bytes under that digest, so a
+// rerun uses the very same file. CanonicalHash is workflow.Hash, converted
+// with Digest(h): both are a sha256 spelled "sha256:<hex>". (The record does
+// not import package workflow, so its format never moves with it.)
+type Workflow struct {
+	Name          string `json:"name"`
+	FileDigest    Digest `json:"fileDigest"`
+	CanonicalHash Digest `json:"canonicalHash"`
+}
+
+// Policy mirrors the admission decision record of package policy.
+type Policy struct {
+	DecisionID   string   `json:"decisionId"`
+	BundleDigest string   `json:"bundleDigest"`
+	InputDigest  string   `json:"inputDigest"`
+	Allowed      bool     `json:"allowed"`
+	Deny         []string `json:"deny"`
+	Warn         []string `json:"warn"`
+	EvalTimeNs   int64    `json:"evalTimeNs"`
+}
+
+// Host is what the run learned about the machine. The hostname is left out
+// on purpose: records are shared (CI artefacts, bug reports), and the name
+// of a machine is not needed to rerun on another.
+type Host struct {
+	Kernel     string `json:"kernel"`        // uname release, such as "6.1.0-18-amd64"
+	Arch       string `json:"arch"`          // GOARCH, such as "amd64"
+	CgroupMode string `json:"cgroupMode"`    // "v1", "hybrid" or "v2"
+	KVMUsable  bool   `json:"kvmUsable"`     // a guest booted under KVM (not just /dev/kvm opening)
+	Nix        string `json:"nix,omitempty"` // `nix --version` output; empty without Nix
+}
+
+// InputFormat says what an input's Digest is a hash of.
+type InputFormat string
+
+const (
+	FormatFile InputFormat = "file" // sha256 of the file's bytes
+	FormatNAR  InputFormat = "nar"  // NAR hash of a directory or a git tree (without .git)
+)
+
+// Input is one fetched workflow input. Digest is also the key of the blob
+// holding the content (the file, or the NAR of the tree).
+type Input struct {
+	Name   string      `json:"name"`
+	Kind   string      `json:"kind"` // file, git or http
+	Source string      `json:"source"`
+	Commit string      `json:"commit,omitempty"` // git only: the full commit checked out
+	Format InputFormat `json:"format"`
+	Digest Digest      `json:"digest"`
+	Size   int64       `json:"size"` // bytes of the blob (file or NAR)
+}
+
+// Step is one step as it ran.
+type Step struct {
+	Name       string `json:"name"`
+	Isolation  string `json:"isolation"`            // namespace or vm, never auto
+	Hypervisor string `json:"hypervisor,omitempty"` // vm only
+	Accel      string `json:"accel,omitempty"`      // vm only: kvm or tcg
+
+	// Closure lists the store paths the step ran on. Without Nix it is
+	// empty and HostRoot fingerprints the host directories bound instead.
+	Closure  []StorePath `json:"closure"`
+	HostRoot *Digest     `json:"hostRoot,omitempty"`
+
+	// Inputs maps each input the step received to its digest, taken
+	// before the step started.
+	Inputs map[string]Digest `json:"inputs"`
+	// JobDigest is the sha256 of the job.json the agent ran; the blob store
+	// holds those bytes.
+	JobDigest Digest `json:"jobDigest"`
+
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	Status   Status    `json:"status"`
+	ExitCode int       `json:"exitCode"`         // -1 when killed by a signal or never started
+	Signal   string    `json:"signal,omitempty"` // such as "SIGKILL"
+	TimedOut bool      `json:"timedOut"`
+	OOM      bool      `json:"oom"`
+	// Detail says why a step failed without a result from the agent.
+	Detail string `json:"detail,omitempty"`
+
+	Usage   Usage    `json:"usage"`
+	Logs    Logs     `json:"logs"`
+	Outputs []Output `json:"outputs"`
+}
+
+// StorePath is one path of a step's closure.
+type StorePath struct {
+	Path    string  `json:"path"`
+	NarHash NarHash `json:"narHash"`
+	NarSize int64   `json:"narSize"`
+}
+
+// Usage is what the step's cgroup measured.
+type Usage struct {
+	PeakMemoryBytes int64 `json:"peakMemoryBytes"`
+	CPUTimeNs       int64 `json:"cpuTimeNs"`
+	PidsPeak        int64 `json:"pidsPeak"`
+	OOMKills        int64 `json:"oomKills"`
+	ThrottledNs     int64 `json:"throttledNs"`
+}
+
+// Logs are blob references to a step's output streams. A nil Console means
+// the backend has no separate console (namespace).
+type Logs struct {
+	Stdout  Digest  `json:"stdout"`
+	Stderr  Digest  `json:"stderr"`
+	Console *Digest `json:"console,omitempty"`
+}
+
+// Output is one declared output, stored as a NAR. Its blob is
+// NarHash.Blob(): the NAR hash is the sha256 of the NAR, which is the
+// blob's key.
+type Output struct {
+	Path    string  `json:"path"` // workspace-relative, as declared
+	NarHash NarHash `json:"narHash"`
+	NarSize int64   `json:"narSize"`
+}
+
+// Duration is the run's wall time.
+func (r *Record) Duration() time.Duration { return r.Finished.Sub(r.Started) }

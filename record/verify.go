@@ -1,0 +1,100 @@
+package record
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Problem is one thing Verify found wrong.
+type Problem struct {
+	What   string // "record", "workflow file", "step build: stdout log", "step build: output out/model", "input data"
+	Digest string // the hash that was expected, in its usual spelling
+	Path   string // the file that holds (or should hold) the bytes
+	Err    error  // wraps ErrHashMismatch, ErrBlobMissing or an I/O error
+}
+
+func (p Problem) String() string {
+	return fmt.Sprintf("%s %s (%s): %v", p.What, p.Digest, p.Path, p.Err)
+}
+
+// Verify re-hashes record id and every blob it references: the workflow
+// file, each input, each step's job spec, logs and outputs. It returns one
+// Problem per mismatch or missing blob, naming it; none means the record
+// and its blobs are exactly as written. Zero digests mean "not present"
+// (a step that never ran has no logs) and are not checked. Closures live in
+// the Nix store and are not checked here.
+//
+// The error is for failures to look at all, such as an unknown id.
+func (s *Store) Verify(id ID) ([]Problem, error) {
+	r, err := s.Get(id)
+	if errors.Is(err, ErrHashMismatch) || (err != nil && !errors.Is(err, ErrNotFound) && fileExists(s.RecordPath(id))) {
+		return []Problem{{What: "record", Digest: id.String(), Path: s.RecordPath(id), Err: err}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var problems []Problem
+	checked := map[Digest]error{}
+	check := func(what string, d Digest, spelled string) {
+		if d.IsZero() {
+			return
+		}
+		err, seen := checked[d]
+		if !seen {
+			err = s.VerifyBlob(d)
+			checked[d] = err
+		}
+		if err != nil {
+			problems = append(problems, Problem{What: what, Digest: spelled, Path: s.BlobPath(d), Err: err})
+		}
+	}
+	check("workflow file", r.Workflow.FileDigest, r.Workflow.FileDigest.String())
+	for _, in := range r.Inputs {
+		check("input "+in.Name, in.Digest, in.Digest.String())
+	}
+	for _, st := range r.Steps {
+		pre := "step " + st.Name + ": "
+		check(pre+"job spec", st.JobDigest, st.JobDigest.String())
+		check(pre+"stdout log", st.Logs.Stdout, st.Logs.Stdout.String())
+		check(pre+"stderr log", st.Logs.Stderr, st.Logs.Stderr.String())
+		if st.Logs.Console != nil {
+			check(pre+"console log", *st.Logs.Console, st.Logs.Console.String())
+		}
+		for _, o := range st.Outputs {
+			check(pre+"output "+o.Path, o.NarHash.Blob(), o.NarHash.String())
+		}
+	}
+	return problems, nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+// Export restores every output of record id from its NAR into
+// DIR/<step>/<output path> and returns the paths it created. Each NAR is
+// checked against its hash before it appears; an existing target is an
+// error, never overwritten.
+func (s *Store) Export(id ID, dir string) ([]string, error) {
+	r, err := s.Get(id)
+	if err != nil {
+		return nil, fmt.Errorf("export %s: %w", id, err)
+	}
+	var done []string
+	for _, st := range r.Steps {
+		for _, o := range st.Outputs {
+			if !filepath.IsLocal(st.Name) || !filepath.IsLocal(o.Path) {
+				return done, fmt.Errorf("export %s: step %q output %q is not a relative path inside the export directory", id, st.Name, o.Path)
+			}
+			dst := filepath.Join(dir, st.Name, o.Path)
+			if err := s.RestoreNAR(o.NarHash, dst); err != nil {
+				return done, fmt.Errorf("export %s: step %s output %s: %w", id, st.Name, o.Path, err)
+			}
+			done = append(done, dst)
+		}
+	}
+	return done, nil
+}
