@@ -1,0 +1,111 @@
+// Package fake is a vmrunner.Backend without any isolation, for tests of
+// the scheduler and the apply command that must not need root.
+//
+// It runs the job with the real guest agent (guest.RunJob) in-process, on
+// the host, as the calling user: it writes a copy of the job whose workdir
+// is mapped from /workspace to the step's workspace directory and whose
+// uid/gid are the caller's, into the step's control directory, and reads the
+// agent's result.json back like the real backends do. It passes the portable
+// part of the runnertest suite. Fail lets a test make chosen steps end in an
+// infrastructure error.
+package fake
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+// Backend is the fake. The zero value is ready to use.
+type Backend struct {
+	// Fail maps step names to the infrastructure error Run returns for them
+	// (without running anything).
+	Fail map[string]error
+
+	mu   sync.Mutex
+	runs []vmrunner.StepSpec
+}
+
+// New returns a fake backend.
+func New() *Backend { return &Backend{} }
+
+// Isolation reports namespace, the default backend's level, so results
+// look like the real ones; the fake itself isolates nothing.
+func (b *Backend) Isolation() workflow.Isolation { return workflow.IsolationNamespace }
+
+// Runs returns the specs Run was called with, in call order.
+func (b *Backend) Runs() []vmrunner.StepSpec {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]vmrunner.StepSpec(nil), b.runs...)
+}
+
+// Run runs the step's job on the host with the guest agent.
+func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (vmrunner.StepResult, error) {
+	b.mu.Lock()
+	b.runs = append(b.runs, spec)
+	b.mu.Unlock()
+	res := vmrunner.StepResult{Isolation: b.Isolation(), Started: time.Now()}
+	name := spec.Step.Name
+	if err := b.Fail[name]; err != nil {
+		res.Finished = time.Now()
+		return res, fmt.Errorf("fake run step %q: %w", name, err)
+	}
+	job := spec.Job
+	workdir, err := hostWorkdir(job.Workdir, spec.Workspace)
+	if err != nil {
+		return res, fmt.Errorf("fake run step %q: %w", name, err)
+	}
+	job.Workdir = workdir
+	job.UID, job.GID = os.Geteuid(), os.Getegid()
+	if job.TimeoutMS == 0 {
+		job.TimeoutMS = spec.Step.Resources.TimeoutMS
+	}
+	b2, err := json.Marshal(job)
+	if err != nil {
+		return res, fmt.Errorf("fake run step %q: encode job: %w", name, err)
+	}
+	os.Remove(filepath.Join(spec.ControlDir, guest.ResultFile))
+	if err := vmrunner.WriteFileAtomic(filepath.Join(spec.ControlDir, guest.JobFile), b2, 0o600); err != nil {
+		return res, fmt.Errorf("fake run step %q: %w", name, err)
+	}
+	r, err := guest.RunJob(ctx, spec.ControlDir, spec.Console)
+	res.Finished = time.Now()
+	if cerr := ctx.Err(); cerr != nil {
+		return res, fmt.Errorf("fake run step %q: %w", name, cerr)
+	}
+	if err != nil {
+		return res, fmt.Errorf("fake run step %q: %w", name, err)
+	}
+	res.Result, res.HasResult = r, true
+	res.Usage.CPUTime = time.Duration(r.Rusage.UserMS+r.Rusage.SystemMS) * time.Millisecond
+	res.Usage.PeakMemoryBytes = r.Rusage.MaxRSSKiB * 1024
+	switch {
+	case r.TimedOut:
+		res.Status = vmrunner.StatusTimeout
+	case r.Succeeded():
+		res.Status = vmrunner.StatusSucceeded
+	default:
+		res.Status = vmrunner.StatusFailed
+		res.Detail = r.Error
+	}
+	return res, nil
+}
+
+// hostWorkdir maps a workdir below /workspace to the host workspace.
+func hostWorkdir(workdir, workspace string) (string, error) {
+	rel, ok := strings.CutPrefix(filepath.Clean(workdir), guest.WorkspaceMount)
+	if !ok || (rel != "" && !strings.HasPrefix(rel, "/")) {
+		return "", fmt.Errorf("workdir %q is outside %s, which the fake backend cannot map to the host", workdir, guest.WorkspaceMount)
+	}
+	return filepath.Join(workspace, rel), nil
+}

@@ -1,0 +1,384 @@
+// Package runnertest is the conformance suite every vmrunner.Backend passes:
+// the namespace jail, the VM runner and the fake. Each backend's own test
+// calls Run with a constructor and the options that say what it promises.
+//
+// The portable part (every backend): hello (an output file lands in the
+// workspace, stdout in the logs and on the console), a failing exit code
+// propagates, a timeout kills the job quickly, the job's environment is
+// exactly the Job's, the workdir is honoured, and a cancelled context stops
+// the step. The isolation part (Options.Isolated): the job cannot read or
+// forge the control directory, and has no network but lo: it cannot reach a
+// listener the test opens on the host's loopback.
+//
+// Jobs use only sh, cat, env, sleep and bash from the host (or from
+// Options.PATH), so the suite runs without Nix.
+package runnertest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+// Options say what the backend under test promises.
+type Options struct {
+	// Isolated backends keep the job away from the control directory and
+	// give it no network but lo; the suite then runs the escape tests.
+	Isolated bool
+	// AsCurrentUser makes jobs run as the test's own uid and gid (a backend
+	// without privilege, like the fake); otherwise as guest.DefaultUID/GID.
+	AsCurrentUser bool
+	// PATH is the jobs' PATH; empty means "/usr/bin:/bin".
+	PATH string
+	// Isolation is what StepResult.Isolation must say.
+	Isolation workflow.Isolation
+	// Setup, when set, runs before each subtest (such as testtier.Root).
+	Setup func(t *testing.T)
+}
+
+// Run runs the suite; newBackend returns a fresh backend for each subtest.
+func Run(t *testing.T, newBackend func(t *testing.T) vmrunner.Backend, opts Options) {
+	s := &suite{opts: opts, newBackend: newBackend}
+	tests := []struct {
+		name string
+		fn   func(t *testing.T)
+	}{
+		{"Hello", s.testHello},
+		{"ExitCode", s.testExitCode},
+		{"Timeout", s.testTimeout},
+		{"EnvExact", s.testEnvExact},
+		{"Workdir", s.testWorkdir},
+		{"Cancel", s.testCancel},
+	}
+	if opts.Isolated {
+		tests = append(tests,
+			struct {
+				name string
+				fn   func(t *testing.T)
+			}{"ControlDirSealed", s.testControlDirSealed},
+			struct {
+				name string
+				fn   func(t *testing.T)
+			}{"NetworkNone", s.testNetworkNone},
+		)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if opts.Setup != nil {
+				opts.Setup(t)
+			}
+			tc.fn(t)
+		})
+	}
+}
+
+type suite struct {
+	opts       Options
+	newBackend func(t *testing.T) vmrunner.Backend
+}
+
+// Console collects what a backend sends to StepSpec.Console and says when
+// a marker line has appeared.
+type Console struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	seen chan struct{}
+	mark string
+}
+
+// NewConsole returns a console that closes Seen when mark has been written.
+func NewConsole(mark string) *Console { return &Console{seen: make(chan struct{}), mark: mark} }
+
+func (c *Console) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.buf.Write(p)
+	if c.mark != "" && strings.Contains(c.buf.String(), c.mark) {
+		select {
+		case <-c.seen:
+		default:
+			close(c.seen)
+		}
+	}
+	return len(p), nil
+}
+
+// Seen is closed once the marker was written.
+func (c *Console) Seen() <-chan struct{} { return c.seen }
+
+func (c *Console) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String()
+}
+
+// RunID returns a fresh run id whose first 8 characters are unique.
+func RunID(t testing.TB) string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return "t" + hex.EncodeToString(b[:])
+}
+
+// Spec returns a step spec for command with fresh workspace and control
+// directories and generous limits; tests change what they need.
+func (o Options) Spec(t testing.TB, name string, command []string) vmrunner.StepSpec {
+	t.Helper()
+	path := o.PATH
+	if path == "" {
+		path = "/usr/bin:/bin"
+	}
+	uid, gid := guest.DefaultUID, guest.DefaultGID
+	if o.AsCurrentUser {
+		uid, gid = os.Geteuid(), os.Getegid()
+	}
+	return vmrunner.StepSpec{
+		RunID: RunID(t),
+		Step: workflow.Step{
+			Name: name,
+			Resources: workflow.Resources{
+				VCPU: 1, Memory: 256 << 20, PIDs: 64, Disk: 64 << 20, TimeoutMS: 30_000,
+			},
+			Isolation: o.Isolation,
+		},
+		Job: guest.Job{
+			Version: guest.ProtocolVersion,
+			Step:    name,
+			Command: command,
+			Env:     []string{"PATH=" + path},
+			Workdir: guest.WorkspaceMount,
+			UID:     uid,
+			GID:     gid,
+		},
+		Workspace:  t.TempDir(),
+		ControlDir: t.TempDir(),
+	}
+}
+
+// Sh is a Job command running script with sh -c.
+func Sh(script string) []string { return []string{"sh", "-c", script} }
+
+// RunStep runs spec with a 60 s safety deadline and fails the test on an
+// infrastructure error.
+func RunStep(t testing.TB, b vmrunner.Backend, spec vmrunner.StepSpec) vmrunner.StepResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := b.Run(ctx, spec)
+	if err != nil {
+		t.Fatalf("Run(%s): %v", spec.Step.Name, err)
+	}
+	return res
+}
+
+// ReadLog returns a log file of the step's control directory.
+func ReadLog(t testing.TB, spec vmrunner.StepSpec, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(spec.ControlDir, name))
+	if err != nil {
+		t.Fatalf("read %s: %v", name, err)
+	}
+	return string(b)
+}
+
+func (s *suite) testHello(t *testing.T) {
+	b := s.newBackend(t)
+	spec := s.opts.Spec(t, "hello", Sh("echo hello > out.txt && echo hello-stdout && echo hello-stderr >&2"))
+	console := NewConsole("")
+	spec.Console = console
+	res := RunStep(t, b, spec)
+	if res.Status != vmrunner.StatusSucceeded || !res.HasResult || res.Result.ExitCode != 0 {
+		t.Fatalf("result %+v, want succeeded with exit 0; console:\n%s", res, console)
+	}
+	if res.Isolation != s.opts.Isolation {
+		t.Errorf("Isolation = %q, want %q", res.Isolation, s.opts.Isolation)
+	}
+	if res.Started.IsZero() || res.Finished.Before(res.Started) {
+		t.Errorf("Started %v Finished %v: want both set, in order", res.Started, res.Finished)
+	}
+	out, err := os.ReadFile(filepath.Join(spec.Workspace, "out.txt"))
+	if err != nil || string(out) != "hello\n" {
+		t.Errorf("workspace out.txt = %q, %v; want \"hello\\n\"", out, err)
+	}
+	if got := ReadLog(t, spec, guest.StdoutFile); got != "hello-stdout\n" {
+		t.Errorf("stdout.log = %q", got)
+	}
+	if got := ReadLog(t, spec, guest.StderrFile); got != "hello-stderr\n" {
+		t.Errorf("stderr.log = %q", got)
+	}
+	if c := console.String(); !strings.Contains(c, "hello-stdout\n") || !strings.Contains(c, "hello-stderr\n") {
+		t.Errorf("console = %q, want both lines", c)
+	}
+}
+
+func (s *suite) testExitCode(t *testing.T) {
+	b := s.newBackend(t)
+	spec := s.opts.Spec(t, "fails", Sh("echo about to fail; exit 3"))
+	res := RunStep(t, b, spec)
+	if res.Status != vmrunner.StatusFailed || !res.HasResult || res.Result.ExitCode != 3 {
+		t.Fatalf("result %+v, want failed with exit code 3", res)
+	}
+}
+
+func (s *suite) testTimeout(t *testing.T) {
+	b := s.newBackend(t)
+	spec := s.opts.Spec(t, "sleeps", Sh("echo sleeping; sleep 60"))
+	spec.Step.Resources.TimeoutMS = 1000
+	spec.Job.TimeoutMS = 1000
+	start := time.Now()
+	res := RunStep(t, b, spec)
+	took := time.Since(start)
+	if res.Status != vmrunner.StatusTimeout {
+		t.Fatalf("status %q, want timeout (result %+v)", res.Status, res)
+	}
+	// The agent's grace (SIGTERM, then SIGKILL) plus the host's margin.
+	if limit := 1*time.Second + guest.KillGrace + 10*time.Second; took > limit {
+		t.Fatalf("a 1 s timeout took %v to end the step, want under %v", took, limit)
+	}
+}
+
+func (s *suite) testEnvExact(t *testing.T) {
+	b := s.newBackend(t)
+	spec := s.opts.Spec(t, "env", []string{"env"})
+	env := append([]string{"A=1", "B=two words", "EMPTY=", "UNICODE=é"}, spec.Job.Env...)
+	sort.Strings(env)
+	spec.Job.Env = env
+	res := RunStep(t, b, spec)
+	if res.Status != vmrunner.StatusSucceeded {
+		t.Fatalf("result %+v", res)
+	}
+	var got []string
+	sc := bufio.NewScanner(strings.NewReader(ReadLog(t, spec, guest.StdoutFile)))
+	for sc.Scan() {
+		got = append(got, sc.Text())
+	}
+	sort.Strings(got)
+	if !reflect.DeepEqual(got, env) {
+		t.Fatalf("job env = %q\nwant      %q", got, env)
+	}
+}
+
+func (s *suite) testWorkdir(t *testing.T) {
+	b := s.newBackend(t)
+	spec := s.opts.Spec(t, "workdir", Sh("cat marker && echo made here > new.txt"))
+	sub := filepath.Join(spec.Workspace, "sub", "dir")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sub, "marker"), []byte("in sub/dir\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec.Job.Workdir = guest.WorkspaceMount + "/sub/dir"
+	res := RunStep(t, b, spec)
+	if res.Status != vmrunner.StatusSucceeded {
+		t.Fatalf("result %+v; stderr %q", res, ReadLog(t, spec, guest.StderrFile))
+	}
+	if got := ReadLog(t, spec, guest.StdoutFile); got != "in sub/dir\n" {
+		t.Errorf("stdout = %q, want the marker's content", got)
+	}
+	if _, err := os.Stat(filepath.Join(sub, "new.txt")); err != nil {
+		t.Errorf("file written in the workdir: %v", err)
+	}
+}
+
+func (s *suite) testCancel(t *testing.T) {
+	b := s.newBackend(t)
+	spec := s.opts.Spec(t, "cancelled", Sh("echo started-and-waiting; sleep 60"))
+	console := NewConsole("started-and-waiting")
+	spec.Console = console
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Run(ctx, spec)
+		errc <- err
+	}()
+	select {
+	case <-console.Seen():
+	case err := <-errc:
+		t.Fatalf("Run ended before the job started: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job did not start within 30 s")
+	}
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run after cancel: %v, want an error wrapping context.Canceled", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return within 15 s of the cancellation")
+	}
+}
+
+func (s *suite) testControlDirSealed(t *testing.T) {
+	b := s.newBackend(t)
+	forged := `{"version":1,"exitCode":0}`
+	spec := s.opts.Spec(t, "forger", Sh(fmt.Sprintf(
+		`cat %[1]s/job.json && echo READ-JOB; echo '%[2]s' > %[1]s/result.json && echo WROTE-RESULT; `+
+			`touch %[1]s/x && echo WROTE-FILE; ls %[1]s && echo LISTED; exit 7`, guest.ControlMount, forged)))
+	res := RunStep(t, b, spec)
+	out := ReadLog(t, spec, guest.StdoutFile)
+	for _, bad := range []string{"READ-JOB", "WROTE-RESULT", "WROTE-FILE", "LISTED"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("the job could do %s in the control directory; stdout:\n%s", bad, out)
+		}
+	}
+	if res.Status != vmrunner.StatusFailed || res.Result.ExitCode != 7 {
+		t.Fatalf("result %+v, want the agent's failed/7, not a forged success", res)
+	}
+}
+
+func (s *suite) testNetworkNone(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	b := s.newBackend(t)
+	spec := s.opts.Spec(t, "offline", []string{"bash", "-c", fmt.Sprintf(
+		`cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '; if echo hi > /dev/tcp/127.0.0.1/%d; then echo CONNECTED; fi`, port)})
+	res := RunStep(t, b, spec)
+	if res.Status != vmrunner.StatusSucceeded {
+		t.Fatalf("result %+v; stderr %q", res, ReadLog(t, spec, guest.StderrFile))
+	}
+	out := ReadLog(t, spec, guest.StdoutFile)
+	if strings.Contains(out, "CONNECTED") {
+		t.Errorf("the job reached the host's loopback listener on port %d", port)
+	}
+	if strings.TrimSpace(out) != "lo" {
+		t.Errorf("interfaces in the job = %q, want only lo", out)
+	}
+	select {
+	case <-accepted:
+		t.Error("the host listener accepted a connection from the job")
+	default:
+	}
+}
