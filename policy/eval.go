@@ -1,0 +1,206 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/workflow"
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
+)
+
+// Host is what the policy knows about the machine that would run the
+// workflow, as input.host. The caller probes it; this package never does.
+type Host struct {
+	// Isolation lists the isolation levels available here ("namespace",
+	// "vm"), sorted.
+	Isolation []string `json:"isolation"`
+	// Hypervisors lists the hypervisors that can run here ("qemu",
+	// "cloud-hypervisor", "firecracker"), sorted.
+	Hypervisors []string `json:"hypervisors"`
+	KVM         bool     `json:"kvm"` // /dev/kvm opens
+	Nix         bool     `json:"nix"` // nix is installed
+	UID         int      `json:"uid"` // the uid agentsandbox runs as
+}
+
+// normalized returns h with sorted, unique, non-nil lists, so equal facts
+// give equal input digests.
+func (h Host) normalized() Host {
+	norm := func(s []string) []string {
+		s = slices.Clone(s)
+		slices.Sort(s)
+		s = slices.Compact(s)
+		if s == nil {
+			s = []string{}
+		}
+		return s
+	}
+	h.Isolation = norm(h.Isolation)
+	h.Hypervisors = norm(h.Hypervisors)
+	return h
+}
+
+// Decision is the outcome of one evaluation. The execution record embeds it.
+type Decision struct {
+	// ID is sha256("agentsandbox policy decision\n" || bundle || input)
+	// over the two raw digests.
+	ID Digest `json:"id"`
+	// BundleDigest pins the policy files and data (see Load).
+	BundleDigest Digest `json:"bundleDigest"`
+	// InputDigest is the sha256 of the input document's JSON bytes
+	// {"workflow":<canonical workflow>,"host":<Host>}.
+	InputDigest Digest `json:"inputDigest"`
+	// Policies are the bundle's policy files by digest name, sorted.
+	Policies []string `json:"policies"`
+	// Deny and Warn are the messages, sorted and unique; never nil.
+	Deny []string `json:"deny"`
+	Warn []string `json:"warn"`
+	// EvalTime is how long the evaluation took (not part of any digest).
+	EvalTime time.Duration `json:"evalTimeNs"`
+}
+
+// Allowed reports whether no rule denied.
+func (d *Decision) Allowed() bool { return len(d.Deny) == 0 }
+
+// InputDocument returns the exact input the policy sees for w on host: the
+// bytes InputDigest is taken over.
+func InputDocument(w *workflow.Workflow, host Host) ([]byte, error) {
+	wf, err := canonicalWorkflow(w)
+	if err != nil {
+		return nil, err
+	}
+	hj, err := json.Marshal(host.normalized())
+	if err != nil {
+		return nil, fmt.Errorf("encode host facts: %w", err)
+	}
+	var b bytes.Buffer
+	b.Grow(len(wf) + len(hj) + 32)
+	b.WriteString(`{"workflow":`)
+	b.Write(wf)
+	b.WriteString(`,"host":`)
+	b.Write(hj)
+	b.WriteString("}")
+	return b.Bytes(), nil
+}
+
+// canonicalWorkflow returns the workflow's canonical JSON: Canonical() when
+// the workflow package has it, else its JSON encoding with steps sorted by
+// name (which is what Canonical is documented to produce).
+func canonicalWorkflow(w *workflow.Workflow) ([]byte, error) {
+	if w == nil {
+		return nil, errors.New("policy input: no workflow")
+	}
+	if c, ok := any(w).(interface{ Canonical() ([]byte, error) }); ok {
+		b, err := c.Canonical()
+		if err != nil {
+			return nil, fmt.Errorf("policy input: %w", err)
+		}
+		return b, nil
+	}
+	cp := *w
+	cp.Steps = slices.Clone(w.Steps)
+	slices.SortStableFunc(cp.Steps, func(a, b workflow.Step) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	b, err := json.Marshal(&cp)
+	if err != nil {
+		return nil, fmt.Errorf("policy input: encode workflow: %w", err)
+	}
+	return b, nil
+}
+
+// Eval decides whether w may run on host. A policy that fails at evaluation
+// time (a builtin error under strict mode, conflicting rule values) is a
+// *SourceError; a denial is a Decision with Deny set, not an error.
+func (e *Engine) Eval(ctx context.Context, w *workflow.Workflow, host Host) (*Decision, error) {
+	start := time.Now()
+	in, err := InputDocument(w, host)
+	if err != nil {
+		return nil, err
+	}
+	value, err := ast.ValueFromReader(bytes.NewReader(in))
+	if err != nil {
+		return nil, fmt.Errorf("policy input: %w", err)
+	}
+	rs, err := e.query.Eval(ctx, rego.EvalParsedInput(value))
+	if err != nil {
+		return nil, evalError(err)
+	}
+	if len(rs) != 1 {
+		return nil, fmt.Errorf("evaluate policy: query gave %d results, want 1", len(rs))
+	}
+	d := &Decision{
+		BundleDigest: e.bundle,
+		InputDigest:  sha256.Sum256(in),
+		Policies:     slices.Clone(e.policies),
+	}
+	d.ID = decisionID(d.BundleDigest, d.InputDigest)
+	if d.Deny, err = messages(rs[0].Bindings, e.denyVars); err != nil {
+		return nil, err
+	}
+	if d.Warn, err = messages(rs[0].Bindings, e.warnVars); err != nil {
+		return nil, err
+	}
+	d.EvalTime = time.Since(start)
+	return d, nil
+}
+
+// evalError makes evaluation errors that point into a policy file a
+// *SourceError, so they are reported like compile errors.
+func evalError(err error) error {
+	var te *topdown.Error
+	if errors.As(err, &te) {
+		msg := te.Code + ": " + te.Message
+		if te.Location != nil && te.Location.File != "" {
+			msg = fmt.Sprintf("%s:%d:%d: %s", te.Location.File, te.Location.Row, te.Location.Col, msg)
+		}
+		return &SourceError{Problems: []string{msg}}
+	}
+	return fmt.Errorf("evaluate policy: %w", sourceError(err))
+}
+
+// messages collects the rule messages bound to vars: strings as they are,
+// objects by their "msg" field, anything else as JSON.
+func messages(b rego.Vars, vars []string) ([]string, error) {
+	out := []string{}
+	for _, v := range vars {
+		set, ok := b[v].([]any)
+		if !ok {
+			return nil, fmt.Errorf("evaluate policy: %s is %T, want a set", v, b[v])
+		}
+		for _, m := range set {
+			out = append(out, messageString(m))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+func messageString(m any) string {
+	switch t := m.(type) {
+	case string:
+		return t
+	case map[string]any:
+		if s, ok := t["msg"].(string); ok {
+			return s
+		}
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Sprint(m)
+	}
+	return string(b)
+}

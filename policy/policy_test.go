@@ -1,0 +1,557 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+const (
+	commit = "0123456789abcdef0123456789abcdef01234567"
+	sha    = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+)
+
+// okWorkflow passes the default policy with no message on vmHost.
+func okWorkflow() *workflow.Workflow {
+	res := workflow.Resources{VCPU: 2, Memory: 2 << 30, PIDs: 512, Disk: 1 << 30, TimeoutMS: 600_000}
+	return &workflow.Workflow{
+		APIVersion: workflow.APIVersion,
+		Kind:       workflow.Kind,
+		Name:       "demo",
+		Nixpkgs:    &workflow.Nixpkgs{Ref: "github:NixOS/nixpkgs/" + commit, Rev: commit},
+		Inputs: []workflow.Input{
+			{Name: "data", Kind: workflow.InputHTTP, Source: "https://example.com/d.tar.gz", SHA256: sha, Dest: "data"},
+			{Name: "repo", Kind: workflow.InputGit, Source: "git::https://example.com/r.git", Commit: commit, Dest: "repo"},
+		},
+		Steps: []workflow.Step{
+			{
+				Name: "build", Run: "make", Packages: []string{"gnumake"}, Env: map[string]string{},
+				Needs: []string{}, Inputs: []string{"repo"}, Outputs: []string{"out"},
+				Resources: res, Network: workflow.Network{Allow: []string{"cache.nixos.org:443"}},
+				Isolation: workflow.IsolationVM, Hypervisor: workflow.HypervisorQEMU,
+			},
+			{
+				Name: "test", Run: "make test", Packages: []string{}, Env: map[string]string{},
+				Needs: []string{"build"}, Inputs: []string{}, Outputs: []string{},
+				Resources: res, Network: workflow.Network{Allow: []string{}},
+				Isolation: workflow.IsolationAuto, Hypervisor: workflow.HypervisorQEMU,
+			},
+		},
+	}
+}
+
+var vmHost = Host{Isolation: []string{"namespace", "vm"}, Hypervisors: []string{"qemu"}, KVM: true, Nix: true, UID: 1000}
+
+var nsHost = Host{Isolation: []string{"namespace"}, Hypervisors: []string{}, KVM: false, Nix: false, UID: 1000}
+
+func load(t testing.TB, opts Options) *Engine {
+	t.Helper()
+	e, err := Load(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	return e
+}
+
+func eval(t testing.TB, e *Engine, w *workflow.Workflow, h Host) *Decision {
+	t.Helper()
+	d, err := e.Eval(context.Background(), w, h)
+	if err != nil {
+		t.Fatalf("Eval: %v", err)
+	}
+	return d
+}
+
+func writeFile(t testing.TB, path, content string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestDefaultPolicyAllowsPinnedWorkflow(t *testing.T) {
+	e := load(t, Options{})
+	d := eval(t, e, okWorkflow(), vmHost)
+	if !d.Allowed() || len(d.Warn) != 0 {
+		t.Fatalf("deny=%q warn=%q, want none", d.Deny, d.Warn)
+	}
+	if !slices.Equal(d.Policies, []string{DefaultPolicyName}) {
+		t.Errorf("Policies = %q", d.Policies)
+	}
+}
+
+// TestDefaultRules checks each default rule with a workflow it denies (or
+// warns about) and a close one it lets through.
+func TestDefaultRules(t *testing.T) {
+	e := load(t, Options{})
+	type tc struct {
+		name   string
+		host   Host
+		edit   func(w *workflow.Workflow)
+		deny   []string
+		warn   []string
+		allows bool // the edit is the allowed counterpart: no message at all
+	}
+	step := func(w *workflow.Workflow, name string) *workflow.Step {
+		for i := range w.Steps {
+			if w.Steps[i].Name == name {
+				return &w.Steps[i]
+			}
+		}
+		panic(name)
+	}
+	cases := []tc{
+		{name: "egress ipv4 any", edit: func(w *workflow.Workflow) { step(w, "build").Network.Allow = []string{"0.0.0.0/0:443"} },
+			deny: []string{`step "build": network.allow "0.0.0.0/0:443" opens all egress; list the hosts or prefixes the step needs`}},
+		{name: "egress ipv6 any", edit: func(w *workflow.Workflow) { step(w, "build").Network.Allow = []string{"[::/0]:443"} },
+			deny: []string{`step "build": network.allow "[::/0]:443" opens all egress; list the hosts or prefixes the step needs`}},
+		{name: "egress star", edit: func(w *workflow.Workflow) { step(w, "build").Network.Allow = []string{"*"} },
+			deny: []string{`step "build": network.allow "*" opens all egress; list the hosts or prefixes the step needs`}},
+		{name: "egress narrow prefix", allows: true, edit: func(w *workflow.Workflow) {
+			step(w, "build").Network.Allow = []string{"10.1.0.0/16:443", "[2001:db8::/32]:443", "*.example.com:443"}
+		}},
+		{name: "egress without port", edit: func(w *workflow.Workflow) { step(w, "build").Network.Allow = []string{"example.com"} },
+			deny: []string{`step "build": network.allow "example.com" has no port; allow one port per entry, such as "example.com:443"`}},
+		{name: "egress ipv6 without port", edit: func(w *workflow.Workflow) { step(w, "build").Network.Allow = []string{"2001:db8::1"} },
+			deny: []string{`step "build": network.allow "2001:db8::1" has no port; allow one port per entry, such as "2001:db8::1:443"`}},
+		{name: "egress with port", allows: true, edit: func(w *workflow.Workflow) {
+			step(w, "build").Network.Allow = []string{"[2001:db8::1]:22", "example.com:80"}
+		}},
+		{name: "nixpkgs branch", edit: func(w *workflow.Workflow) { w.Nixpkgs = &workflow.Nixpkgs{Ref: "github:NixOS/nixpkgs/nixos-24.05"} },
+			deny: []string{`nixpkgs.ref "github:NixOS/nixpkgs/nixos-24.05" is not pinned to a full 40-hex commit; use a ref such as "github:NixOS/nixpkgs/<commit>"`}},
+		{name: "nixpkgs short commit", edit: func(w *workflow.Workflow) {
+			w.Nixpkgs = &workflow.Nixpkgs{Ref: "github:NixOS/nixpkgs/0123456", Rev: "0123456"}
+		}, deny: []string{`nixpkgs.ref "github:NixOS/nixpkgs/0123456" is not pinned to a full 40-hex commit; use a ref such as "github:NixOS/nixpkgs/<commit>"`}},
+		{name: "nixpkgs rev query", allows: true, edit: func(w *workflow.Workflow) {
+			w.Nixpkgs = &workflow.Nixpkgs{Ref: "github:NixOS/nixpkgs?rev=" + commit, Rev: commit}
+		}},
+		{name: "no nixpkgs", allows: true, edit: func(w *workflow.Workflow) { w.Nixpkgs = nil }},
+		{name: "http input without sha256", edit: func(w *workflow.Workflow) { w.Inputs[0].SHA256 = "" },
+			deny: []string{`input "data": sha256 is missing; pin http inputs by the sha256 of their content`}},
+		{name: "file input without sha256", edit: func(w *workflow.Workflow) {
+			w.Inputs[0] = workflow.Input{Name: "data", Kind: workflow.InputFile, Source: "./d.csv", Dest: "data"}
+		}, deny: []string{`input "data": sha256 is missing; pin file inputs by the sha256 of their content`}},
+		{name: "file input with sha256", allows: true, edit: func(w *workflow.Workflow) {
+			w.Inputs[0] = workflow.Input{Name: "data", Kind: workflow.InputFile, Source: "./d.csv", SHA256: sha, Dest: "data"}
+		}},
+		{name: "git input without commit", edit: func(w *workflow.Workflow) { w.Inputs[1].Commit = "" },
+			deny: []string{`input "repo": commit is missing or not a full 40-hex commit; pin git inputs by commit`}},
+		{name: "git input short commit", edit: func(w *workflow.Workflow) { w.Inputs[1].Commit = "abc123" },
+			deny: []string{`input "repo": commit is missing or not a full 40-hex commit; pin git inputs by commit`}},
+		{name: "vcpu above ceiling", edit: func(w *workflow.Workflow) { step(w, "build").Resources.VCPU = 17 },
+			deny: []string{`step "build": resources.vcpu 17 is above the ceiling 16 (data.agentsandbox.ceilings.vcpu)`}},
+		{name: "vcpu at ceiling", allows: true, edit: func(w *workflow.Workflow) { step(w, "build").Resources.VCPU = 16 }},
+		{name: "memory above ceiling", edit: func(w *workflow.Workflow) { step(w, "build").Resources.Memory = 64<<30 + 1 },
+			deny: []string{`step "build": resources.memory 68719476737 is above the ceiling 68719476736 (data.agentsandbox.ceilings.memory)`}},
+		{name: "memory at ceiling", allows: true, edit: func(w *workflow.Workflow) { step(w, "build").Resources.Memory = 64 << 30 }},
+		{name: "timeout above ceiling", edit: func(w *workflow.Workflow) { step(w, "build").Resources.TimeoutMS = 24*3600*1000 + 1 },
+			deny: []string{`step "build": resources.timeoutMs 86400001 is above the ceiling 86400000 (data.agentsandbox.ceilings.timeoutMs)`}},
+		{name: "timeout at ceiling", allows: true, edit: func(w *workflow.Workflow) { step(w, "build").Resources.TimeoutMS = 24 * 3600 * 1000 }},
+		{name: "namespace with egress", edit: func(w *workflow.Workflow) { step(w, "build").Isolation = workflow.IsolationNamespace },
+			deny: []string{`step "build": network.allow gives egress to a step under isolation namespace; namespace isolation shares the host kernel, so this needs isolation vm or data.agentsandbox.allow_namespace_egress`}},
+		{name: "auto with egress on a host without kvm", host: nsHost, edit: func(w *workflow.Workflow) { step(w, "build").Isolation = workflow.IsolationAuto },
+			deny: []string{`step "build": network.allow gives egress to a step under isolation auto, which is namespace on this host (no KVM or no Nix); namespace isolation shares the host kernel, so this needs isolation vm or data.agentsandbox.allow_namespace_egress`}},
+		{name: "auto with egress on a kvm host", allows: true, edit: func(w *workflow.Workflow) { step(w, "build").Isolation = workflow.IsolationAuto }},
+		{name: "namespace without egress", allows: true, edit: func(w *workflow.Workflow) { step(w, "test").Isolation = workflow.IsolationNamespace }},
+		{name: "no timeout", edit: func(w *workflow.Workflow) { step(w, "test").Resources.TimeoutMS = 0 },
+			warn: []string{`step "test": resources.timeoutMs is not set, so the step may run forever; set a timeout`}},
+		{name: "needed without outputs", edit: func(w *workflow.Workflow) { step(w, "build").Outputs = []string{} },
+			warn: []string{`step "build": outputs is empty but "test" needs it; declare the outputs the later steps use`}},
+		{name: "not needed, no outputs", allows: true, edit: func(w *workflow.Workflow) {
+			step(w, "build").Outputs = []string{}
+			step(w, "test").Needs = []string{}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := okWorkflow()
+			c.edit(w)
+			h := c.host
+			if h.Isolation == nil {
+				h = vmHost
+			}
+			d := eval(t, e, w, h)
+			if c.allows && (len(d.Deny) != 0 || len(d.Warn) != 0) {
+				t.Fatalf("want no messages, got deny=%q warn=%q", d.Deny, d.Warn)
+			}
+			if !c.allows && (!slices.Equal(d.Deny, nonNil(c.deny)) || !slices.Equal(d.Warn, nonNil(c.warn))) {
+				t.Fatalf("got\n deny=%q\n warn=%q\nwant\n deny=%q\n warn=%q", d.Deny, d.Warn, c.deny, c.warn)
+			}
+		})
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func TestPolicyDataChangesThresholds(t *testing.T) {
+	dir := t.TempDir()
+	data := writeFile(t, filepath.Join(dir, "team.yaml"), `
+agentsandbox:
+  ceilings:
+    vcpu: 32
+    pids: 256
+  allow_namespace_egress: true
+  warn_no_timeout: false
+`)
+	e := load(t, Options{DataFiles: []string{data}})
+	w := okWorkflow()
+	w.Steps[0].Resources.VCPU = 32         // allowed by the raised ceiling
+	w.Steps[0].Resources.Memory = 65 << 30 // still denied: memory default kept under the merge
+	w.Steps[0].Isolation = workflow.IsolationNamespace
+	w.Steps[1].Resources.TimeoutMS = 0
+	d := eval(t, e, w, vmHost)
+	want := []string{
+		`step "build": resources.memory 69793218560 is above the ceiling 68719476736 (data.agentsandbox.ceilings.memory)`,
+		`step "build": resources.pids 512 is above the ceiling 256 (data.agentsandbox.ceilings.pids)`,
+		`step "test": resources.pids 512 is above the ceiling 256 (data.agentsandbox.ceilings.pids)`,
+	}
+	if !slices.Equal(d.Deny, want) || len(d.Warn) != 0 {
+		t.Fatalf("deny=%q warn=%q\nwant deny=%q", d.Deny, d.Warn, want)
+	}
+}
+
+func TestPolicyDataJSONAndOrder(t *testing.T) {
+	dir := t.TempDir()
+	a := writeFile(t, filepath.Join(dir, "a.json"), `{"agentsandbox": {"ceilings": {"vcpu": 1}}}`)
+	b := writeFile(t, filepath.Join(dir, "b.yml"), "agentsandbox:\n  ceilings:\n    vcpu: 2\n")
+	e := load(t, Options{DataFiles: []string{a, b}}) // later files win
+	d := eval(t, e, okWorkflow(), vmHost)
+	if len(d.Deny) != 0 {
+		t.Fatalf("deny=%q, want none (vcpu 2 under ceiling 2)", d.Deny)
+	}
+	e = load(t, Options{DataFiles: []string{b, a}})
+	d = eval(t, e, okWorkflow(), vmHost)
+	if len(d.Deny) != 2 {
+		t.Fatalf("deny=%q, want both steps above ceiling 1", d.Deny)
+	}
+}
+
+func TestUserPolicyDenies(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "team.rego"), `package agentsandbox.team
+
+deny contains msg if {
+	some step in input.workflow.steps
+	step.isolation != "vm"
+	msg := sprintf("step %q: isolation %s; team rule: every step runs in a vm", [step.name, step.isolation])
+}
+`)
+	// A test file next to it is not part of the policy.
+	writeFile(t, filepath.Join(dir, "team_test.rego"), "package agentsandbox.team\n\ntest_x if { false }\n")
+	e := load(t, Options{Dirs: []string{dir}})
+	d := eval(t, e, okWorkflow(), vmHost)
+	want := []string{`step "test": isolation auto; team rule: every step runs in a vm`}
+	if !slices.Equal(d.Deny, want) {
+		t.Fatalf("deny=%q, want %q", d.Deny, want)
+	}
+	if !slices.Equal(d.Policies, []string{DefaultPolicyName, "team.rego"}) {
+		t.Errorf("Policies = %q", d.Policies)
+	}
+
+	// The same rule in package agentsandbox itself joins the default's deny.
+	dir2 := t.TempDir()
+	writeFile(t, filepath.Join(dir2, "sub", "team.rego"), `package agentsandbox
+
+deny contains {"msg": sprintf("workflow %q: team rule: name must start with team-", [input.workflow.name])} if {
+	not startswith(input.workflow.name, "team-")
+}
+`)
+	d = eval(t, load(t, Options{Dirs: []string{dir2}}), okWorkflow(), vmHost)
+	want = []string{`workflow "demo": team rule: name must start with team-`}
+	if !slices.Equal(d.Deny, want) {
+		t.Fatalf("deny=%q, want %q", d.Deny, want)
+	}
+}
+
+func TestNoDefaultPolicy(t *testing.T) {
+	w := okWorkflow()
+	w.Steps[0].Network.Allow = []string{"*"}
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "p.rego"), "package agentsandbox\n\nwarn contains \"always\" if { true }\n")
+	d := eval(t, load(t, Options{Dirs: []string{dir}, NoDefault: true}), w, vmHost)
+	if len(d.Deny) != 0 || !slices.Equal(d.Warn, []string{"always"}) {
+		t.Fatalf("deny=%q warn=%q", d.Deny, d.Warn)
+	}
+	_, err := Load(context.Background(), Options{NoDefault: true})
+	var se *SourceError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "no deny or warn rule") {
+		t.Fatalf("Load with nothing: %v", err)
+	}
+}
+
+func TestSyntaxErrorHasFileRowCol(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, filepath.Join(dir, "bad.rego"), "package agentsandbox.team\n\ndeny contains msg if {\n\tmsg := \"x\" +\n}\n")
+	_, err := Load(context.Background(), Options{Dirs: []string{dir}})
+	var se *SourceError
+	if !errors.As(err, &se) {
+		t.Fatalf("err = %v (%T), want *SourceError", err, err)
+	}
+	want := []string{file + ":5:1: unexpected } token"}
+	if !slices.Equal(se.Problems, want) {
+		t.Fatalf("problems = %q, want %q", se.Problems, want)
+	}
+	if got := err.Error(); got != "policy: "+want[0] {
+		t.Errorf("Error() = %q", got)
+	}
+}
+
+func TestCompileErrorHasFileRowCol(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, filepath.Join(dir, "undefined.rego"), "package agentsandbox.other\n\ndeny contains msg if {\n\tmsg := no_such_func(1)\n}\n")
+	_, err := Load(context.Background(), Options{Dirs: []string{dir}})
+	var se *SourceError
+	if !errors.As(err, &se) {
+		t.Fatalf("err = %v (%T), want *SourceError", err, err)
+	}
+	want := file + ":4:9: undefined function no_such_func"
+	if !slices.Equal(se.Problems, []string{want}) {
+		t.Fatalf("problems = %q, want %q", se.Problems, want)
+	}
+}
+
+func TestNondeterministicBuiltinsRejected(t *testing.T) {
+	for _, call := range []string{
+		`http.send({"method": "get", "url": "http://127.0.0.1:1/"})`,
+		`time.now_ns()`,
+		`net.lookup_ip_addr("localhost")`,
+		`opa.runtime()`,
+		`rand.intn("x", 10)`,
+		`uuid.rfc4122("x")`,
+		`crypto.x509.parse_and_verify_certificates("x")`,
+	} {
+		name := call[:strings.IndexByte(call, '(')]
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			file := writeFile(t, filepath.Join(dir, "p.rego"), "package agentsandbox.team\n\ndeny contains msg if {\n\tx := "+call+"\n\tmsg := sprintf(\"%v\", [x])\n}\n")
+			_, err := Load(context.Background(), Options{Dirs: []string{dir}})
+			var se *SourceError
+			if !errors.As(err, &se) {
+				t.Fatalf("err = %v, want *SourceError", err)
+			}
+			want := file + ":4:7: undefined function " + name + " (disabled: policy evaluation has no network, clock or random builtins, so the same workflow and policy always give the same decision)"
+			if !slices.Contains(se.Problems, want) {
+				t.Fatalf("problems = %q\nwant %q", se.Problems, want)
+			}
+		})
+	}
+}
+
+func TestDataFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := writeFile(t, filepath.Join(dir, "bad.yaml"), "agentsandbox: [\n")
+	list := writeFile(t, filepath.Join(dir, "list.json"), "[1, 2]")
+	missing := filepath.Join(dir, "missing.yaml")
+	_, err := Load(context.Background(), Options{DataFiles: []string{bad, list, missing}, Dirs: []string{filepath.Join(dir, "nodir")}})
+	var se *SourceError
+	if !errors.As(err, &se) || len(se.Problems) != 4 {
+		t.Fatalf("err = %v, want 4 problems", err)
+	}
+	for i, prefix := range []string{filepath.Join(dir, "nodir") + ": policy folder: no such file", bad + ": decode policy data: yaml: line", list + ": policy data must be an object", missing + ": read policy data: no such file"} {
+		if !strings.HasPrefix(se.Problems[i], prefix) {
+			t.Errorf("problem %d = %q, want prefix %q", i, se.Problems[i], prefix)
+		}
+	}
+}
+
+func TestEvalErrorIsSourceError(t *testing.T) {
+	dir := t.TempDir()
+	data := writeFile(t, filepath.Join(dir, "d.yaml"), "agentsandbox:\n  ceilings:\n    memory: lots\n")
+	e := load(t, Options{DataFiles: []string{data}})
+	_, err := e.Eval(context.Background(), okWorkflow(), vmHost)
+	var se *SourceError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "units.parse_bytes") {
+		t.Fatalf("err = %v, want a *SourceError naming units.parse_bytes", err)
+	}
+}
+
+// TestDigests checks the bundle digest is stable across loads and changes
+// with any edit of a policy file, a file name or the data; the input digest
+// changes with the workflow and host, not with step order.
+func TestDigests(t *testing.T) {
+	dir := t.TempDir()
+	pol := writeFile(t, filepath.Join(dir, "team.rego"), "package agentsandbox.team\n\ndeny contains \"no\" if { input.workflow.name == \"bad\" }\n")
+	data := writeFile(t, filepath.Join(dir, "d.yaml"), "agentsandbox:\n  ceilings:\n    vcpu: 8\n")
+	opts := Options{Dirs: []string{dir}, DataFiles: []string{data}}
+	d1 := eval(t, load(t, opts), okWorkflow(), vmHost)
+	d2 := eval(t, load(t, opts), okWorkflow(), vmHost)
+	if d1.ID != d2.ID || d1.BundleDigest != d2.BundleDigest || d1.InputDigest != d2.InputDigest {
+		t.Fatalf("digests differ across loads: %+v %+v", d1, d2)
+	}
+	if d1.ID != decisionID(d1.BundleDigest, d1.InputDigest) || d1.BundleDigest == d1.InputDigest {
+		t.Fatal("decision id is not derived from the two digests")
+	}
+
+	// The same folder elsewhere gives the same bundle digest.
+	moved := t.TempDir()
+	writeFile(t, filepath.Join(moved, "team.rego"), mustRead(t, pol))
+	movedData := writeFile(t, filepath.Join(moved, "d.yaml"), mustRead(t, data))
+	if got := load(t, Options{Dirs: []string{moved}, DataFiles: []string{movedData}}).BundleDigest(); got != d1.BundleDigest {
+		t.Errorf("moving the policy folder changed the bundle digest")
+	}
+
+	seen := map[Digest]string{d1.BundleDigest: "original"}
+	change := func(what string, opts Options) {
+		t.Helper()
+		got := load(t, opts).BundleDigest()
+		if prev, ok := seen[got]; ok {
+			t.Errorf("%s: bundle digest equals that of %s", what, prev)
+		}
+		seen[got] = what
+	}
+	writeFile(t, pol, mustRead(t, pol)+"\n")
+	change("policy whitespace edit", opts)
+	writeFile(t, data, "agentsandbox:\n  ceilings:\n    vcpu: 9\n")
+	change("data edit", opts)
+	if err := os.Rename(pol, filepath.Join(dir, "renamed.rego")); err != nil {
+		t.Fatal(err)
+	}
+	change("policy rename", opts)
+	change("no default policy", Options{Dirs: opts.Dirs, DataFiles: opts.DataFiles, NoDefault: true})
+	change("no data file", Options{Dirs: opts.Dirs})
+
+	// Input digest: step order does not matter (canonical form sorts).
+	w := okWorkflow()
+	slices.Reverse(w.Steps)
+	e := load(t, Options{})
+	base := eval(t, e, okWorkflow(), vmHost)
+	if got := eval(t, e, w, vmHost); got.InputDigest != base.InputDigest {
+		t.Error("step order changed the input digest")
+	}
+	h := vmHost
+	h.Hypervisors = []string{"qemu", "qemu"}
+	if got := eval(t, e, okWorkflow(), h); got.InputDigest != base.InputDigest {
+		t.Error("duplicate host facts changed the input digest")
+	}
+	h.UID = 0
+	if got := eval(t, e, okWorkflow(), h); got.InputDigest == base.InputDigest || got.ID == base.ID {
+		t.Error("host uid did not change the input digest")
+	}
+	w = okWorkflow()
+	w.Steps[0].Env = map[string]string{"A": "1"}
+	if got := eval(t, e, w, vmHost); got.InputDigest == base.InputDigest {
+		t.Error("workflow edit did not change the input digest")
+	}
+}
+
+func mustRead(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestDeterminism(t *testing.T) {
+	e := load(t, Options{})
+	w := generated(40)
+	w.Steps[3].Network.Allow = []string{"*", "example.com"}
+	w.Steps[7].Resources.VCPU = 99
+	var first []byte
+	for i := range 20 {
+		d := eval(t, e, w, nsHost)
+		d.EvalTime = 0
+		b, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = b
+		} else if string(b) != string(first) {
+			t.Fatalf("evaluation %d differs:\n%s\n%s", i, b, first)
+		}
+	}
+}
+
+func TestDecisionJSON(t *testing.T) {
+	d := eval(t, load(t, Options{}), okWorkflow(), vmHost)
+	b, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Decision
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.ID != d.ID || back.BundleDigest != d.BundleDigest || back.InputDigest != d.InputDigest || back.Deny == nil || back.Warn == nil {
+		t.Fatalf("round trip: %s -> %+v", b, back)
+	}
+	if !strings.Contains(string(b), `"deny":[]`) || !strings.HasPrefix(string(b), `{"id":"sha256:`) {
+		t.Errorf("JSON = %s", b)
+	}
+}
+
+func TestDeniedError(t *testing.T) {
+	w := okWorkflow()
+	w.Steps[0].Network.Allow = []string{"*", "example.com"}
+	d := eval(t, load(t, Options{}), w, vmHost)
+	msg := (&DeniedError{Decision: d}).Error()
+	for _, m := range d.Deny {
+		if !strings.Contains(msg, "\n  deny: "+m) {
+			t.Errorf("DeniedError misses %q:\n%s", m, msg)
+		}
+	}
+	if len(d.Deny) != 2 {
+		t.Errorf("deny = %q, want 2", d.Deny)
+	}
+}
+
+func TestParseDigest(t *testing.T) {
+	d := eval(t, load(t, Options{}), okWorkflow(), vmHost)
+	back, err := ParseDigest(d.ID.String())
+	if err != nil || back != d.ID {
+		t.Fatalf("ParseDigest(%s) = %v, %v", d.ID, back, err)
+	}
+	for _, bad := range []string{"", "sha256:", "md5:00", d.ID.String()[:20], "sha256:" + strings.Repeat("z", 64)} {
+		if _, err := ParseDigest(bad); err == nil {
+			t.Errorf("ParseDigest(%q) accepted", bad)
+		}
+	}
+}
+
+func TestWorkflowPolicyDir(t *testing.T) {
+	if got, want := WorkflowPolicyDir("ci/build.yaml"), filepath.Join("ci", ".agentsandbox", "policy"); got != want {
+		t.Errorf("got %q want %q", got, want)
+	}
+	if got, want := WorkflowPolicyDir("build.yaml"), filepath.Join(".agentsandbox", "policy"); got != want {
+		t.Errorf("got %q want %q", got, want)
+	}
+}
+
+// generated returns a valid n-step workflow: a chain of steps, each needing
+// the one before and declaring an output.
+func generated(n int) *workflow.Workflow {
+	w := okWorkflow()
+	tmpl := w.Steps[0]
+	w.Steps = nil
+	for i := range n {
+		s := tmpl
+		s.Name = fmt.Sprintf("step-%03d", i)
+		s.Needs = []string{}
+		if i > 0 {
+			s.Needs = []string{w.Steps[i-1].Name}
+		}
+		s.Outputs = []string{"out/" + s.Name}
+		s.Network.Allow = []string{"cache.nixos.org:443", "[2001:db8::1]:443"}
+		w.Steps = append(w.Steps, s)
+	}
+	return w
+}
