@@ -1,0 +1,415 @@
+// Package namespace is the vmrunner.Backend that runs each step in the jail
+// alone (isolation: namespace): its own network namespace with only lo, its
+// own cgroup holding it to its quotas, and the jail's mount, pid, ipc, uts
+// and cgroup namespaces around a read-only root.
+//
+// Run creates, for one step, in this order and recording each in the step's
+// state file before it exists: the netns (netns.Name(run, step)), the cgroup
+// (/agentsandbox/RUN/STEP) and the jail's root mount point. It writes the
+// job to the control directory (root-only, 0700), gives the workspace to the
+// job's uid, starts the jail held, places it in the cgroup, releases it and
+// waits with a host-side deadline. Everything is removed again on every way
+// out — success, failure, timeout, setup error and a cancelled context — and
+// then the state file goes; GC removes what a killed apply left.
+//
+// The package needs root. Steps that ask for network egress fail with an
+// error: egress is not supported yet, and never silently opened.
+package namespace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/netns"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+// DefaultJailDir holds the jails' (empty) root mount points.
+const DefaultJailDir = "/run/agentsandbox/jails"
+
+// CgroupRoot is the parent of every step's cgroup.
+const CgroupRoot = "/agentsandbox"
+
+// InitPIDs is added to a step's pids limit for the jail's init, a Go
+// program whose threads count against pids.max like the job's do.
+const InitPIDs = 16
+
+// HostGrace is how long past its timeout the host lets a step run before it
+// kills the whole cgroup itself: the agent's own SIGTERM-then-SIGKILL grace
+// plus time for it to write its result.
+const HostGrace = guest.KillGrace + 3*time.Second
+
+// ErrEgressUnsupported is returned for a step that asks for network egress.
+var ErrEgressUnsupported = errors.New("network egress is not supported yet: remove network.allow from the step (it would get loopback only)")
+
+// ErrPackagesWithoutNix is returned for a step that lists packages but
+// comes without a Nix closure.
+var ErrPackagesWithoutNix = errors.New("the step lists packages but has no Nix closure: install Nix (Debian: apt-get install nix-bin) or remove the packages")
+
+// Options configure the backend; zero values take the defaults.
+type Options struct {
+	StateDir string // vmrunner.DefaultStateDir
+	JailDir  string // DefaultJailDir
+}
+
+// Backend runs steps in namespace jails. It is safe for concurrent Runs of
+// distinct steps.
+type Backend struct {
+	opts Options
+}
+
+// New returns the namespace backend.
+func New(opts Options) *Backend {
+	if opts.StateDir == "" {
+		opts.StateDir = vmrunner.DefaultStateDir
+	}
+	if opts.JailDir == "" {
+		opts.JailDir = DefaultJailDir
+	}
+	return &Backend{opts: opts}
+}
+
+// Isolation is namespace.
+func (b *Backend) Isolation() workflow.Isolation { return workflow.IsolationNamespace }
+
+// CgroupPath is the cgroup of one step of one run.
+func CgroupPath(runID, step string) string {
+	return CgroupRoot + "/" + pathPart(runID) + "/" + pathPart(step)
+}
+
+func pathPart(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	if b.Len() == 0 {
+		return "_"
+	}
+	return b.String()
+}
+
+// Limits are the cgroup limits of a step.
+func Limits(r workflow.Resources) cgroup.Limits {
+	l := cgroup.Limits{MemoryBytes: r.Memory, VCPU: r.VCPU}
+	if r.PIDs > 0 {
+		l.PIDs = int64(r.PIDs) + InitPIDs
+	}
+	return l
+}
+
+// check refuses what the backend cannot do, before anything is created.
+func check(spec vmrunner.StepSpec) error {
+	switch {
+	case spec.RunID == "" || spec.Step.Name == "":
+		return errors.New("run id and step name are required")
+	case spec.Step.Network.HasEgress():
+		return ErrEgressUnsupported
+	case len(spec.Step.Packages) > 0 && len(spec.ClosurePaths) == 0:
+		return ErrPackagesWithoutNix
+	case spec.Workspace == "" || spec.ControlDir == "":
+		return errors.New("workspace and control directory are required")
+	}
+	return nil
+}
+
+// job is the job.json the jail's agent reads: the spec's job, with the
+// step's timeout when the job has none and the env's bin on PATH when the
+// job's env has no PATH.
+func job(spec vmrunner.StepSpec) guest.Job {
+	j := spec.Job
+	j.Env = append([]string(nil), j.Env...)
+	if j.TimeoutMS == 0 {
+		j.TimeoutMS = spec.Step.Resources.TimeoutMS
+	}
+	if spec.EnvPath != "" {
+		hasPath := false
+		for _, kv := range j.Env {
+			if strings.HasPrefix(kv, "PATH=") {
+				hasPath = true
+			}
+		}
+		if !hasPath {
+			j.Env = append(j.Env, "PATH="+spec.EnvPath+"/bin")
+			sort.Strings(j.Env)
+		}
+	}
+	return j
+}
+
+// run holds what one Run created, for cleanup.
+type run struct {
+	b     *Backend
+	state vmrunner.State
+	ns    *netns.NS
+	cg    *cgroup.Group
+	root  string
+	proc  *jail.Process
+}
+
+func (r *run) record() error { return vmrunner.WriteState(r.b.opts.StateDir, r.state) }
+
+// cleanup removes everything in reverse order and, when all is gone, the
+// state file.
+func (r *run) cleanup() error {
+	var errs []error
+	if r.proc != nil {
+		r.proc.Close()
+		if err := r.proc.Kill(); err != nil {
+			errs = append(errs, err)
+		}
+		<-r.proc.Done()
+	}
+	if r.cg != nil {
+		if err := r.cg.Delete(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.ns != nil {
+		if err := r.ns.Delete(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.root != "" {
+		if err := os.Remove(r.root); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove jail root mount point: %w", err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("clean up (run `agentsandbox gc` to retry): %w", errors.Join(errs...))
+	}
+	return vmrunner.RemoveState(r.b.opts.StateDir, r.state)
+}
+
+// Run runs one step in a jail; see the package documentation.
+func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner.StepResult, err error) {
+	res.Isolation = workflow.IsolationNamespace
+	res.Started = time.Now()
+	name := spec.Step.Name
+	defer func() {
+		res.Finished = time.Now()
+		if err != nil {
+			err = fmt.Errorf("run step %q in a namespace jail: %w", name, err)
+		}
+	}()
+	if err := check(spec); err != nil {
+		return res, err
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	r := &run{b: b, state: vmrunner.NewState(spec.RunID, name)}
+	defer func() {
+		if cerr := r.cleanup(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+
+	nsName := netns.Name(spec.RunID, name)
+	cgPath := CgroupPath(spec.RunID, name)
+	r.state.Netns = []string{nsName}
+	r.state.Cgroups = []string{cgPath}
+	r.state.Dirs = []string{filepath.Join(b.opts.JailDir, nsName)}
+	if err := r.record(); err != nil {
+		return res, err
+	}
+	if r.ns, err = netns.Create(nsName); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			err = fmt.Errorf("%w (left by an earlier run? `agentsandbox gc` removes leftovers)", err)
+		}
+		return res, err
+	}
+	if r.cg, err = cgroup.New(cgPath, Limits(spec.Step.Resources)); err != nil {
+		return res, err
+	}
+	if err := os.MkdirAll(b.opts.JailDir, 0o700); err != nil {
+		return res, fmt.Errorf("create jail directory: %w", err)
+	}
+	root := r.state.Dirs[0]
+	if err := os.Mkdir(root, 0o700); err != nil {
+		return res, fmt.Errorf("create jail root mount point: %w", err)
+	}
+	r.root = root
+
+	if err := prepareDirs(spec); err != nil {
+		return res, err
+	}
+	jb, err := json.Marshal(job(spec))
+	if err != nil {
+		return res, fmt.Errorf("encode job: %w", err)
+	}
+	if err := vmrunner.WriteFileAtomic(filepath.Join(spec.ControlDir, guest.JobFile), jb, 0o600); err != nil {
+		return res, err
+	}
+
+	cfg := jail.Config{
+		RootDir: root, Hostname: name, NetnsPath: r.ns.Path(),
+		Workspace: spec.Workspace, ControlDir: spec.ControlDir,
+		ClosurePaths: spec.ClosurePaths, EnvPath: spec.EnvPath,
+		TmpBytes: spec.Step.Resources.Disk, Console: spec.Console,
+	}
+	// On cgroup v2 the child is cloned straight into its group; on v1 it
+	// is held until Add has placed it.
+	cgFile, fdErr := r.cg.FD()
+	if fdErr == nil {
+		defer cgFile.Close()
+		cfg.CgroupFD = int(cgFile.Fd())
+	}
+	if r.proc, err = jail.Start(cfg); err != nil {
+		return res, err
+	}
+	if fdErr != nil {
+		if err := r.cg.Add(r.proc.Pid()); err != nil {
+			return res, err
+		}
+	}
+	if err := r.proc.Release(); err != nil {
+		return res, err
+	}
+	return b.wait(ctx, r, spec, res)
+}
+
+// prepareDirs makes the control directory root-only and gives the
+// workspace to the job's user, and removes a stale result.
+func prepareDirs(spec vmrunner.StepSpec) error {
+	if err := os.Chown(spec.ControlDir, 0, 0); err != nil {
+		return fmt.Errorf("seal control directory: %w", err)
+	}
+	if err := os.Chmod(spec.ControlDir, 0o700); err != nil {
+		return fmt.Errorf("seal control directory: %w", err)
+	}
+	for _, f := range []string{guest.ResultFile, guest.StdoutFile, guest.StderrFile} {
+		if err := os.Remove(filepath.Join(spec.ControlDir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove stale %s: %w", f, err)
+		}
+	}
+	uid, gid := spec.Job.UID, spec.Job.GID
+	err := filepath.WalkDir(spec.Workspace, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+	if err != nil {
+		return fmt.Errorf("give the workspace to uid %d: %w", uid, err)
+	}
+	return nil
+}
+
+// wait waits for the jail with the host's deadline and turns what it sees
+// into the step's result.
+func (b *Backend) wait(ctx context.Context, r *run, spec vmrunner.StepSpec, res vmrunner.StepResult) (vmrunner.StepResult, error) {
+	var deadline <-chan time.Time
+	if ms := job(spec).TimeoutMS; ms > 0 {
+		t := time.NewTimer(time.Duration(ms)*time.Millisecond + HostGrace)
+		defer t.Stop()
+		deadline = t.C
+	}
+	// Poll usage so the pids peak is seen where the kernel keeps none.
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	hostTimeout := false
+	var cancelled error
+loop:
+	for {
+		select {
+		case <-r.proc.Done():
+			break loop
+		case <-tick.C:
+			_, _ = r.cg.Usage()
+		case <-deadline:
+			hostTimeout = true
+			deadline = nil
+			r.killAll()
+		case <-ctx.Done():
+			cancelled = ctx.Err()
+			r.killAll()
+			<-r.proc.Done()
+			break loop
+		}
+	}
+	waitErr := r.proc.Wait()
+	usage, uerr := r.cg.Usage()
+	res.Usage = usage
+	if cancelled != nil {
+		return res, cancelled
+	}
+	if uerr != nil {
+		return res, uerr
+	}
+	result, hasResult, rerr := readResult(spec.ControlDir)
+	res.Result, res.HasResult = result, hasResult
+	switch {
+	case usage.OOMKills > 0:
+		res.Status = vmrunner.StatusOOM
+		res.Detail = fmt.Sprintf("killed for memory: %d OOM kill(s) at the %d-byte limit", usage.OOMKills, spec.Step.Resources.Memory)
+	case hostTimeout || (hasResult && result.TimedOut):
+		res.Status = vmrunner.StatusTimeout
+		res.Detail = fmt.Sprintf("ran past its %d ms timeout", job(spec).TimeoutMS)
+		if hostTimeout {
+			res.Detail += "; the host killed the jail's cgroup"
+		}
+	case hasResult && result.Succeeded():
+		res.Status = vmrunner.StatusSucceeded
+	default:
+		res.Status = vmrunner.StatusFailed
+		switch {
+		case rerr != nil:
+			res.Detail = fmt.Sprintf("the jail ended without a result (%v; %v)", rerr, waitErr)
+		case result.Error != "":
+			res.Detail = result.Error
+		case result.Signal != "":
+			res.Detail = "killed by " + result.Signal
+		default:
+			res.Detail = fmt.Sprintf("exit status %d", result.ExitCode)
+		}
+	}
+	return res, nil
+}
+
+// killAll freezes, kills and thaws the step's cgroup and kills the init.
+func (r *run) killAll() {
+	_ = r.cg.Kill()
+	_ = r.proc.Kill()
+}
+
+func readResult(dir string) (guest.Result, bool, error) {
+	var res guest.Result
+	b, err := os.ReadFile(filepath.Join(dir, guest.ResultFile))
+	if err != nil {
+		return res, false, fmt.Errorf("read result: %w", err)
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		return res, false, fmt.Errorf("decode result: %w", err)
+	}
+	return res, true, nil
+}
+
+// GC removes what the state files in stateDir list for applies that are no
+// longer running (killed with SIGKILL, crashed): their cgroups, network
+// namespaces and jail directories. `agentsandbox gc` calls it.
+func GC(stateDir string) (removed []string, err error) {
+	if stateDir == "" {
+		stateDir = vmrunner.DefaultStateDir
+	}
+	return vmrunner.GC(stateDir, vmrunner.Remover{
+		Netns:  netns.DeleteByName,
+		Cgroup: cgroup.DeleteByPath,
+	})
+}

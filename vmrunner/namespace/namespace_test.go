@@ -1,0 +1,32 @@
+package namespace
+
+import (
+	"os"
+	"testing"
+
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
+	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+func TestMain(m *testing.M) {
+	jail.MaybeInit()
+	os.Exit(m.Run())
+}
+
+// newBackend returns a backend whose state and jail dirs are the test's.
+func newBackend(t *testing.T) vmrunner.Backend {
+	return New(Options{StateDir: t.TempDir(), JailDir: t.TempDir()})
+}
+
+var suiteOpts = runnertest.Options{
+	Isolated:  true,
+	Isolation: workflow.IsolationNamespace,
+	Setup:     func(t *testing.T) { testtier.Root(t) },
+}
+
+func TestConformance(t *testing.T) {
+	runnertest.Run(t, newBackend, suiteOpts)
+}
