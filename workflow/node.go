@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -202,8 +203,9 @@ func (p *parser) integer(n *yaml.Node, what string, lo, hi int64) (int64, bool) 
 		p.errorf(n, "%s must be a whole number, not %s", what, describe(n))
 		return 0, false
 	}
-	var v int64
-	if err := n.Decode(&v); err != nil || v < lo || v > hi {
+	// yaml.v3 resolves !!int the same way: strip '_', then base prefixes.
+	v, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
+	if err != nil || v < lo || v > hi {
 		p.errorf(n, "%s must be from %d to %d, not %s", what, lo, hi, n.Value)
 		return 0, false
 	}
