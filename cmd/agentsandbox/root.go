@@ -49,6 +49,7 @@ leaves a content-addressed record of what ran.` + exitStatusHelp,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErrorf("%w", err) })
 	root.AddCommand(
 		newVersionCmd(stdio),
+		newRenderCmd(stdio),
 	)
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)
