@@ -163,6 +163,10 @@ func newAt(ver, root, p string, l Limits) (*Group, error) {
 		b, err = newV1(root, p, l)
 	}
 	if err != nil {
+		// Remove what was made before the failure.
+		if g, oerr := openAt(ver, root, p); oerr == nil {
+			err = errors.Join(err, g.Delete())
+		}
 		return nil, fmt.Errorf("create cgroup %s (%s): %w", p, ver, err)
 	}
 	return &Group{path: p, b: b, rmdir: rmdirCgroup}, nil

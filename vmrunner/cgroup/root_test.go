@@ -375,3 +375,46 @@ func TestRootDeleteRemovesEverything(t *testing.T) {
 		t.Errorf("DeleteByPath of a removed group: %v", err)
 	}
 }
+
+func TestRootFailedNewLeavesNothing(t *testing.T) {
+	testtier.Root(t)
+	p := testPath(t)
+	// No such block device: the kernel refuses the io limit after the
+	// directories exist.
+	_, err := New(p, Limits{MemoryBytes: 32 << 20, IOWriteBps: 1 << 20, IODevices: []Device{{4095, 4095}}})
+	if err == nil {
+		t.Fatal("New accepted an io limit on a device that does not exist")
+	}
+	t.Logf("New: %v", err)
+	g, err := open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range g.Dirs() {
+		if exists(d) {
+			t.Errorf("%s left after a failed New", d)
+		}
+	}
+	top := "/" + strings.Split(p, "/")[1]
+	if got, err := List(top); err != nil || len(got) != 0 {
+		t.Errorf("List(%s) = %v, %v after a failed New", top, got, err)
+	}
+}
+
+func TestRootDeviceOf(t *testing.T) {
+	testtier.Root(t)
+	d, err := DeviceOf("/")
+	if err != nil {
+		// Overlay or tmpfs roots have no block device; say so clearly.
+		if !strings.Contains(err.Error(), "not a block device") {
+			t.Errorf("DeviceOf(/) = %v, want a device or a 'not a block device' error", err)
+		}
+		return
+	}
+	if !exists(fmt.Sprintf("/sys/dev/block/%s", d)) {
+		t.Errorf("DeviceOf(/) = %s, not a block device", d)
+	}
+	if exists(fmt.Sprintf("/sys/dev/block/%s/partition", d)) {
+		t.Errorf("DeviceOf(/) gave partition %s, want its disk", d)
+	}
+}
