@@ -126,6 +126,9 @@ func TestFormatted(t *testing.T) {
 		}
 		for _, f := range fs {
 			s := string(f.Data)
+			if strings.Contains(s, "\n\n\n") {
+				t.Errorf("%s/%s: two blank lines in a row", name, f.Path)
+			}
 			if !strings.HasSuffix(s, "}\n") || strings.HasSuffix(s, "\n\n") {
 				t.Errorf("%s/%s: does not end in one newline after the closing brace", name, f.Path)
 			}

@@ -37,6 +37,7 @@
       }
     ];
   };
+
   environment.systemPackages = [
     pkgs."git"
     pkgs."go"

@@ -40,6 +40,7 @@
       }
     ];
   };
+
   environment.systemPackages = [ ];
 
   agentsandbox.guest = {

@@ -32,6 +32,7 @@
     # No network: the guest has loopback only.
     interfaces = [ ];
   };
+
   environment.systemPackages = [
     pkgs."python3"
     pkgs."python3Packages"."numpy"
