@@ -143,6 +143,9 @@ func Build(ctx context.Context, flakeDir string, attrs []string, o Options) ([]O
 		pinned, err = os.ReadFile(o.LockFile)
 		switch {
 		case err == nil:
+			if cur, err := os.ReadFile(flakeLock); err == nil && bytes.Equal(cur, pinned) {
+				break // already in place; a rewrite would only cost an fsync
+			}
 			if err := writeFileAtomic(flakeLock, pinned); err != nil {
 				return nil, fmt.Errorf("pin flake inputs from %s: %w", o.LockFile, err)
 			}
