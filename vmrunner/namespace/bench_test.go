@@ -1,0 +1,59 @@
+package namespace
+
+import (
+	"context"
+	"os/exec"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+)
+
+// reportMedian adds the median of the iterations' durations as ms/median.
+func reportMedian(b *testing.B, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	b.ReportMetric(float64(d[len(d)/2])/float64(time.Millisecond), "ms/median")
+}
+
+// BenchmarkNoopStep runs one no-op step (`true`) through the whole backend
+// (netns, cgroup, jail, agent, result, cleanup) next to the bare
+// `unshare --fork --pid --mount --net --ipc --uts true` it is measured
+// against. Targets: backend median under 100 ms and within 5× of unshare.
+func BenchmarkNoopStep(b *testing.B) {
+	testtier.Root(b)
+	b.Run("backend", func(b *testing.B) {
+		be := New(Options{StateDir: b.TempDir(), JailDir: b.TempDir()})
+		var ds []time.Duration
+		for b.Loop() {
+			b.StopTimer()
+			spec := suiteOpts.Spec(b, "noop", []string{"true"})
+			b.StartTimer()
+			start := time.Now()
+			res, err := be.Run(context.Background(), spec)
+			ds = append(ds, time.Since(start))
+			if err != nil || res.Status != vmrunner.StatusSucceeded {
+				b.Fatalf("Run: %+v, %v", res, err)
+			}
+		}
+		reportMedian(b, ds)
+	})
+	b.Run("unshare", func(b *testing.B) {
+		unshare := testtier.Command(b, "root", "unshare", "util-linux")
+		var ds []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			out, err := exec.Command(unshare, "--fork", "--pid", "--mount", "--net", "--ipc", "--uts", "true").CombinedOutput()
+			ds = append(ds, time.Since(start))
+			if err != nil {
+				b.Fatalf("unshare: %v: %s", err, out)
+			}
+		}
+		reportMedian(b, ds)
+	})
+}
+
