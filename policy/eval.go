@@ -90,34 +90,15 @@ func InputDocument(w *workflow.Workflow, host Host) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// canonicalWorkflow returns the workflow's canonical JSON: Canonical() when
-// the workflow package has it, else its JSON encoding with steps sorted by
-// name (which is what Canonical is documented to produce).
+// canonicalWorkflow returns the workflow's canonical JSON, the bytes its
+// hash is taken over.
 func canonicalWorkflow(w *workflow.Workflow) ([]byte, error) {
 	if w == nil {
 		return nil, errors.New("policy input: no workflow")
 	}
-	if c, ok := any(w).(interface{ Canonical() ([]byte, error) }); ok {
-		b, err := c.Canonical()
-		if err != nil {
-			return nil, fmt.Errorf("policy input: %w", err)
-		}
-		return b, nil
-	}
-	cp := *w
-	cp.Steps = slices.Clone(w.Steps)
-	slices.SortStableFunc(cp.Steps, func(a, b workflow.Step) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
-	b, err := json.Marshal(&cp)
+	b, err := w.Canonical()
 	if err != nil {
-		return nil, fmt.Errorf("policy input: encode workflow: %w", err)
+		return nil, fmt.Errorf("policy input: %w", err)
 	}
 	return b, nil
 }

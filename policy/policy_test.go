@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -554,4 +555,61 @@ func generated(n int) *workflow.Workflow {
 		w.Steps = append(w.Steps, s)
 	}
 	return w
+}
+
+func TestTestRunsRegoTests(t *testing.T) {
+	var out strings.Builder
+	sum, err := Test(context.Background(), Options{Dirs: []string{"testdata/team"}}, &out, true)
+	if err != nil {
+		t.Fatalf("Test: %v\n%s", err, out.String())
+	}
+	if sum != (TestSummary{Passed: 4}) || !sum.OK() {
+		t.Fatalf("summary = %+v\n%s", sum, out.String())
+	}
+	for _, want := range []string{"testdata/team/team_test.rego:", "data.agentsandbox.team_test.test_unlisted_host_denied: PASS", "PASS: 4/4"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report misses %q:\n%s", want, out.String())
+		}
+	}
+
+	// The team policy is a normal policy folder for Load too.
+	w := okWorkflow()
+	d := eval(t, load(t, Options{Dirs: []string{"testdata/team"}}), w, nsHost)
+	if !slices.Equal(d.Warn, []string{"host: no KVM, so isolation auto runs steps in namespaces"}) || len(d.Deny) != 0 {
+		t.Fatalf("deny=%q warn=%q", d.Deny, d.Warn)
+	}
+}
+
+func TestTestReportsFailures(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "p.rego"), "package agentsandbox.x\n\ndeny contains \"x\" if { input.bad }\n")
+	writeFile(t, filepath.Join(dir, "p_test.rego"), "package agentsandbox.x_test\n\nimport data.agentsandbox.x\n\ntest_ok if { count(x.deny) == 0 with input as {} }\n\ntest_wrong if {\n\tprint(\"checking\")\n\tcount(x.deny) == 0 with input as {\"bad\": true}\n}\n")
+	var out strings.Builder
+	sum, err := Test(context.Background(), Options{Dirs: []string{dir}, NoDefault: true}, &out, false)
+	if err != nil {
+		t.Fatalf("Test: %v", err)
+	}
+	if sum != (TestSummary{Passed: 1, Failed: 1}) || sum.OK() {
+		t.Fatalf("summary = %+v\n%s", sum, out.String())
+	}
+	for _, want := range []string{"data.agentsandbox.x_test.test_wrong: FAIL", "checking", "PASS: 1/2", "FAIL: 1/2"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report misses %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestTestSourceErrors(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, filepath.Join(dir, "p_test.rego"), "package x_test\n\ntest_a if { time.now_ns() > 0 }\n")
+	_, err := Test(context.Background(), Options{Dirs: []string{dir}}, io.Discard, false)
+	var se *SourceError
+	if !errors.As(err, &se) || !strings.HasPrefix(se.Problems[0], file+":3:13: undefined function time.now_ns (disabled") {
+		t.Fatalf("err = %v", err)
+	}
+	empty := t.TempDir()
+	writeFile(t, filepath.Join(empty, "p.rego"), "package agentsandbox.y\n")
+	if _, err := Test(context.Background(), Options{Dirs: []string{empty}}, io.Discard, false); !errors.As(err, &se) || !strings.Contains(err.Error(), "no *_test.rego files") {
+		t.Fatalf("no tests: err = %v", err)
+	}
 }
