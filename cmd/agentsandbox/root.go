@@ -50,6 +50,7 @@ leaves a content-addressed record of what ran.` + exitStatusHelp,
 	root.AddCommand(
 		newVersionCmd(stdio),
 		newRenderCmd(stdio),
+		newValidateCmd(stdio), newPlanCmd(stdio), newSchemaCmd(stdio),
 	)
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)
