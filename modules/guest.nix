@@ -191,7 +191,6 @@ in
     systemd.services."autovt@".enable = false;
     documentation.enable = false;
     documentation.nixos.enable = false;
-    users.mutableUsers = false;
 
     # Network: only what the step was allowed.
     networking.useDHCP = false;
