@@ -236,3 +236,50 @@ func TestJailSetupErrorReported(t *testing.T) {
 		t.Fatalf("Release: %v, want a jail setup error about the root tmpfs", err)
 	}
 }
+
+// TestJailRootJobConfined runs the job as uid 0 inside the jail: even then
+// the read-only root, the dropped capabilities and the masks hold.
+func TestJailRootJobConfined(t *testing.T) {
+	cfg, console := jailFixture(t, `
+try() { if eval "$1" >/dev/null 2>&1; then echo "ESCAPE: $1"; else echo "held: $1"; fi; }
+try 'touch /usr/x'
+try 'touch /x'
+try 'touch /etc/x'
+try 'mount -t tmpfs none /tmp'
+try 'test -e /sys/kernel'
+try 'test -s /proc/kcore'
+try 'echo h > /proc/sysrq-trigger'
+try 'echo 1 > /proc/sys/vm/drop_caches'
+try 'test -e /run/netns'
+try 'cat /root/../etc/shadow'
+try 'mknod /tmp/sda b 8 0'
+try 'chown 1 /workspace'
+echo "hostname=$(cat /proc/sys/kernel/hostname)"
+echo "cgroup=$(cat /proc/self/cgroup | cut -d: -f3 | sort -u | tr '\n' ' ')"
+grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status
+touch /tmp/ok && echo tmp-writable
+`)
+	job := filepath.Join(cfg.ControlDir, guest.JobFile)
+	b, _ := os.ReadFile(job)
+	var j guest.Job
+	json.Unmarshal(b, &j)
+	j.UID, j.GID = 0, 0
+	b, _ = json.Marshal(j)
+	os.WriteFile(job, b, 0o600)
+	// Without CAP_DAC_OVERRIDE even uid 0 needs to own its workdir.
+	os.Chown(cfg.Workspace, 0, 0)
+	runJail(t, cfg)
+	out := console.String()
+	t.Logf("jail output:\n%s\nresult %+v", out, readResult(t, cfg.ControlDir))
+	if strings.Contains(out, "ESCAPE") {
+		t.Errorf("a root job got out of the jail's limits:\n%s", out)
+	}
+	for _, want := range []string{"hostname=t\n", "cgroup=/ \n", "CapEff:\t00000000000000e0", "CapBnd:\t00000000000000e0", "tmp-writable"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if n := strings.Count(out, "held: "); n != 12 {
+		t.Errorf("%d checks held, want 12", n)
+	}
+}
