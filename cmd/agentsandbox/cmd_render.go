@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentsandbox/agentsandbox/nixgen"
-	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
 // renderOptions are the flags of `agentsandbox render`.
@@ -48,9 +47,10 @@ func runRender(_ context.Context, stdio Stdio, opts renderOptions, args []string
 	if opts.out == "" {
 		return usageErrorf("render: -o DIR is required: say where to write the flake")
 	}
-	w, _, err := workflow.ParseFile(args[0])
+	w, _, err := loadWorkflow(args[0])
 	if err != nil {
-		return withExit(ExitInvalid, err)
+		reportLoadError(stdio.Err, err)
+		return &silentError{code: exitCode(err)}
 	}
 	files, err := nixgen.Generate(w, nixgen.Options{ProjectFlake: opts.projectFlake, System: opts.system})
 	if err != nil {
