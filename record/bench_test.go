@@ -1,0 +1,116 @@
+package record
+
+import (
+	"crypto/sha256"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/nix-community/go-nix/pkg/nar"
+)
+
+func BenchmarkEncode(b *testing.B) {
+	r := sampleRecord(false)
+	for b.Loop() {
+		if _, err := Encode(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecode includes the canonical re-encoding check.
+func BenchmarkDecode(b *testing.B) {
+	enc, err := Encode(sampleRecord(false))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(enc)))
+	for b.Loop() {
+		if _, err := Decode(enc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchTree(b *testing.B) (string, int64) {
+	dir := b.TempDir()
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = byte(i * 7)
+	}
+	var total int64
+	for i := range 64 {
+		p := filepath.Join(dir, "d", string(rune('a'+i%26))+string(rune('a'+i/26)))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		chunk[0] = byte(i)
+		if err := os.WriteFile(p, chunk, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		total += int64(len(chunk))
+	}
+	return dir, total
+}
+
+// BenchmarkNARHashBaseline is nar.DumpPath into sha256 alone: the floor
+// PutNAR is compared with.
+func BenchmarkNARHashBaseline(b *testing.B) {
+	dir, total := benchTree(b)
+	b.SetBytes(total)
+	for b.Loop() {
+		h := sha256.New()
+		if err := nar.DumpPath(h, dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPutNAR hashes and stores (temp file, fsync, rename) a 64 MiB
+// tree; after the first round the blob exists and is deduplicated.
+func BenchmarkPutNAR(b *testing.B) {
+	dir, total := benchTree(b)
+	s, err := OpenStore(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(total)
+	for b.Loop() {
+		if _, _, err := s.PutNAR(dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkVerifyBlob(b *testing.B) {
+	dir, total := benchTree(b)
+	s, err := OpenStore(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, _, err := s.PutNAR(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(total)
+	for b.Loop() {
+		if err := s.VerifyBlob(h.Blob()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPutRecord(b *testing.B) {
+	s, err := OpenStore(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := sampleRecord(false)
+	for i := 0; b.Loop(); i++ {
+		r.Steps[0].ExitCode = i // a new record each round
+		if _, err := s.Put(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
