@@ -51,6 +51,7 @@ leaves a content-addressed record of what ran.` + exitStatusHelp,
 		newVersionCmd(stdio),
 		newRenderCmd(stdio),
 		newValidateCmd(stdio), newPlanCmd(stdio), newSchemaCmd(stdio),
+		newPolicyCmd(stdio),
 	)
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)
