@@ -283,3 +283,26 @@ touch /tmp/ok && echo tmp-writable
 		t.Errorf("%d checks held, want 12", n)
 	}
 }
+
+func TestRuntimeFiles(t *testing.T) {
+	bb := testtier.Command(t, "pure", "busybox", "Debian's busybox-static")
+	if files, err := runtimeFiles(bb); err != nil || files != nil {
+		t.Errorf("runtimeFiles(static %s) = %v, %v; want nothing", bb, files, err)
+	}
+	sh, err := filepath.EvalSymlinks("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := runtimeFiles(sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 2 || !strings.Contains(files[0], "ld-linux") {
+		t.Fatalf("runtimeFiles(%s) = %v, want its loader then its libraries", sh, files)
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%v", err)
+		}
+	}
+}

@@ -46,6 +46,10 @@ type Config struct {
 	// cloned into (SysProcAttr.UseCgroupFD); with cgroup v1 leave it 0 and
 	// place the held child with its Pid before Release.
 	CgroupFD int
+
+	// initFiles are the init binary's loader and libraries when it is
+	// dynamically linked (see runtimeFiles); Start fills them in.
+	initFiles []string
 }
 
 // Op is the kind of one Mount.
@@ -173,6 +177,10 @@ func Plan(cfg Config, host HostFS) ([]Mount, error) {
 			return nil, err
 		}
 		add(ms...)
+		// A dynamically linked init needs its loader to re-execute itself.
+		for _, f := range cfg.initFiles {
+			add(Mount{Op: OpBind, Source: f, Target: f, ReadOnly: true, Flags: "nosuid,nodev"})
+		}
 	}
 
 	// /etc: generated, plus the host's linker cache and alternatives when

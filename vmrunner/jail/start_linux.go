@@ -64,6 +64,13 @@ func Start(cfg Config) (*Process, error) {
 	if cfg.RootDir == "" {
 		return nil, errors.New("start jail: no root directory given")
 	}
+	if len(cfg.ClosurePaths) > 0 {
+		files, err := runtimeFiles("/proc/self/exe")
+		if err != nil {
+			return nil, fmt.Errorf("start jail: %w", err)
+		}
+		cfg.initFiles = files
+	}
 	plan, err := Plan(cfg, OSFS)
 	if err != nil {
 		return nil, fmt.Errorf("start jail: %w", err)
