@@ -56,4 +56,3 @@ func BenchmarkNoopStep(b *testing.B) {
 		reportMedian(b, ds)
 	})
 }
-
