@@ -113,4 +113,3 @@ func BenchmarkPutRecord(b *testing.B) {
 		}
 	}
 }
-
