@@ -1,6 +1,6 @@
 package workflow
 
-import "sort"
+import "slices"
 
 // build applies defaults to a parsed step: a step's own value wins, then
 // the workflow's defaults, then the built-in defaults. Env maps merge, the
@@ -62,7 +62,7 @@ func refNames(rs []ref) []string {
 func sortedUnique(ss []string) []string {
 	out := make([]string, 0, len(ss))
 	out = append(out, ss...)
-	sort.Strings(out)
+	slices.Sort(out)
 	j := 0
 	for i, s := range out {
 		if i > 0 && s == out[j-1] {

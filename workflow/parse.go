@@ -54,8 +54,6 @@ var (
 var (
 	workflowNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 	inputNameRe    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-	envNameRe      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	attrPathRe     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*$`)
 	hex40Re        = regexp.MustCompile(`^[0-9a-f]{40}$`)
 	hex64Re        = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	scpLikeRe      = regexp.MustCompile(`^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/].*$`)
@@ -571,7 +569,7 @@ func (p *parser) env(n *yaml.Node, what string) map[string]string {
 	}
 	m := make(map[string]string, len(ps))
 	for _, e := range ps {
-		if !envNameRe.MatchString(e.key) {
+		if !isEnvName(e.key) {
 			p.errorf(e.k, "%s: %q is not a variable name (letters, digits and '_', not starting with a digit)", what, e.key)
 			continue
 		}
@@ -708,7 +706,7 @@ func (p *parser) step(n *yaml.Node, index int) *stepSpec {
 	if e, ok := f["packages"]; ok {
 		s.packagesNode = resolve(e.v)
 		for _, r := range p.strList(e.v, what+" packages", "[python3, python3Packages.numpy]", func(v string, node *yaml.Node) (string, bool) {
-			if len(v) > 256 || !attrPathRe.MatchString(v) {
+			if len(v) > 256 || !isAttrPath(v) {
 				p.errorf(node, "%s: %q is not a nixpkgs attribute path (names of letters, digits, '_' and '-' joined by '.', such as python3Packages.numpy)", what, v)
 				return "", false
 			}
@@ -743,4 +741,33 @@ func (p *parser) step(n *yaml.Node, index int) *stepSpec {
 // is at most MaxStepNameLen long.
 func isStepName(s string) bool {
 	return isDNSLabel(s, MaxStepNameLen) && s[0] >= 'a' && s[0] <= 'z'
+}
+
+// isEnvName reports whether s matches [A-Za-z_][A-Za-z0-9_]*.
+func isEnvName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// isAttrPath reports whether s is dot-separated names matching
+// [A-Za-z_][A-Za-z0-9_-]*: a nixpkgs attribute path nixgen can splice into
+// Nix without quoting.
+func isAttrPath(s string) bool {
+	for _, seg := range strings.Split(s, ".") {
+		if seg == "" || seg[0] == '-' || seg[0] >= '0' && seg[0] <= '9' {
+			return false
+		}
+		for i := 0; i < len(seg); i++ {
+			c := seg[i]
+			if !(c == '_' || c == '-' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -89,3 +89,17 @@ func TestSuggest(t *testing.T) {
 		t.Errorf("suggest(zzzzzz) = %q", got)
 	}
 }
+
+func TestNamePredicates(t *testing.T) {
+	for s, want := range map[string]bool{"A": true, "_x1": true, "PATH": true, "1A": false, "A-B": false, "": false, "a b": false} {
+		if isEnvName(s) != want {
+			t.Errorf("isEnvName(%q) = %v", s, !want)
+		}
+	}
+	for s, want := range map[string]bool{"python3": true, "python3Packages.numpy": true, "python3Packages.scikit-learn": true, "_1password": true,
+		"a..b": false, ".a": false, "a.": false, "1a": false, "a.-b": false, "a==1": false, "": false, "a.${x}": false} {
+		if isAttrPath(s) != want {
+			t.Errorf("isAttrPath(%q) = %v", s, !want)
+		}
+	}
+}
