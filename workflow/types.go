@@ -46,7 +46,7 @@ const (
 type Input struct {
 	Name   string    `json:"name"`
 	Kind   InputKind `json:"kind"`
-	Source string    `json:"source"`
+	Source string    `json:"source"` // file: a clean path relative to the workflow file's directory (may start with ..)
 	SHA256 string    `json:"sha256,omitempty"` // lowercase hex; files and archives
 	Commit string    `json:"commit,omitempty"` // full 40-hex commit; git
 	Dest   string    `json:"dest"`             // workspace-relative; defaults to Name
@@ -97,8 +97,13 @@ type Resources struct {
 }
 
 // Network is a step's egress. An empty Allow means loopback only.
+// Entries are "*", "host", "host:port", "*.domain[:port]", "IP", "CIDR",
+// "IPv4:port", "CIDR:port", "[IPv6]:port" or "[IPv6/len]:port", ports
+// 1-65535, in canonical spelling (host names lowercase, IPs and prefixes as
+// net/netip prints them); sorted, unique. Parse checks the form only;
+// policy decides what is allowed.
 type Network struct {
-	Allow []string `json:"allow"` // "host:port" or "CIDR:port", sorted, unique
+	Allow []string `json:"allow"`
 }
 
 // HasEgress reports whether the step asks for any network beyond loopback.
