@@ -46,7 +46,7 @@ const (
 type Input struct {
 	Name   string    `json:"name"`
 	Kind   InputKind `json:"kind"`
-	Source string    `json:"source"` // file: a clean path relative to the workflow file's directory (may start with ..)
+	Source string    `json:"source"`           // file: a clean path relative to the workflow file's directory (may start with ..)
 	SHA256 string    `json:"sha256,omitempty"` // lowercase hex; files and archives
 	Commit string    `json:"commit,omitempty"` // full 40-hex commit; git
 	Dest   string    `json:"dest"`             // workspace-relative; defaults to Name
