@@ -33,6 +33,7 @@ type Options struct {
 	Interfaces   []Interface
 	KernelParams []string // [TSCParam()] when nil
 	Modules      []string // DefaultModules when nil
+	HostBinaries []string // host programs (with their libraries) to add, such as /usr/bin/bash
 }
 
 // Fixture is a built runner and the parts it was made from.
@@ -99,7 +100,7 @@ func BuildParts(ctx context.Context, opts Options) (Parts, error) {
 	if err != nil {
 		return Parts{}, fmt.Errorf("build fixture: %w", err)
 	}
-	arch, err := BuildInitramfs(InitramfsSpec{Init: o.Init, Busybox: o.Busybox, Modules: mods})
+	arch, err := BuildInitramfs(InitramfsSpec{Init: o.Init, Busybox: o.Busybox, Modules: mods, HostBinaries: o.HostBinaries})
 	if err != nil {
 		return Parts{}, err
 	}

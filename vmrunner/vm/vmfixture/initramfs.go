@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"strings"
 )
 
@@ -18,6 +19,10 @@ type InitramfsSpec struct {
 	Init    []byte   // /init: the static agentsandbox-guest, or a script
 	Busybox string   // a static busybox; installed as /bin/busybox with its applets
 	Modules []Module // loaded in this order by the agent
+	// HostBinaries are copied from the host at the same paths, with the
+	// shared libraries ldd lists (bash, for tests that need more than
+	// busybox's sh).
+	HostBinaries []string
 }
 
 // BuildInitramfs assembles the archive: /init, busybox and its applet
@@ -56,6 +61,12 @@ func BuildInitramfs(spec InitramfsSpec) (*Archive, error) {
 		}
 	}
 
+	for _, bin := range spec.HostBinaries {
+		if err := addHostBinary(a, bin); err != nil {
+			return nil, fmt.Errorf("build initramfs: %w", err)
+		}
+	}
+
 	var list strings.Builder
 	for _, m := range spec.Modules {
 		data, err := moduleBytes(m.Path)
@@ -79,4 +90,36 @@ func busyboxApplets(busybox string) ([]string, error) {
 		return nil, fmt.Errorf("%s --list-full: %w: %s", busybox, err, strings.TrimSpace(stderr.String()))
 	}
 	return strings.Fields(out.String()), nil
+}
+
+// addHostBinary copies bin and the libraries `ldd bin` lists, each at the
+// path ldd prints (symlinks resolved for reading).
+func addHostBinary(a *Archive, bin string) error {
+	files := []string{bin}
+	var out, stderr bytes.Buffer
+	cmd := exec.Command("ldd", bin)
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("ldd %s: %w: %s", bin, err, strings.TrimSpace(stderr.String()))
+	}
+	for _, l := range strings.Split(out.String(), "\n") {
+		for _, f := range strings.Fields(l) {
+			if strings.HasPrefix(f, "/") {
+				files = append(files, f)
+				break
+			}
+		}
+	}
+	for _, f := range files {
+		real, err := filepath.EvalSymlinks(f)
+		if err != nil {
+			return fmt.Errorf("copy host binary: %w", err)
+		}
+		data, err := os.ReadFile(real)
+		if err != nil {
+			return fmt.Errorf("copy host binary: %w", err)
+		}
+		a.File(f, 0o755, data)
+	}
+	return nil
 }

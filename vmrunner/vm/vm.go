@@ -1,0 +1,662 @@
+// Package vm is the vmrunner.Backend for isolation: vm. Each step runs in
+// its own microVM, started by the step's realised microvm.nix runner
+// (bin/microvm-run), in the step's own network namespace and cgroup.
+//
+// Run, for one step, records in the step's state file and then creates: the
+// netns (netns.Name(run, step)) with the runner's taps
+// (share/microvm/tap-interfaces, flags from tap-flags, owned by root, who
+// runs the hypervisor), the cgroup (/agentsandbox/RUN/STEP) sized for guest
+// memory plus MemoryOverhead, and the VM's own working directory, holding
+// the links ./control → the step's control directory and ./workspace → its
+// workspace that the runner's 9p shares name (see docs/vm.md). It writes
+// job.json, starts microvm-run there, in the netns and the cgroup, sends
+// the runner's stdout and stderr (the guest console) to StepSpec.Console and
+// to console.log in the control directory, and waits with a host deadline
+// of the step's timeout plus BootAllowance. Past it, it asks the guest to
+// power off (bin/microvm-shutdown, else QMP system_powerdown), then quits
+// qemu over QMP, then kills the cgroup.
+//
+// The step's status comes from result.json only; a guest that ends without
+// one failed ("guest panicked" when the console showed a kernel panic).
+// Everything is removed on every way out, including a cancelled context.
+//
+// The runner is not yet wrapped in the jail (vmrunner/jail runs only the
+// guest agent); it runs as root in the netns and cgroup. KVM is used when
+// the probe (ProbeKVM) shows it works, otherwise TCG with a warning.
+package vm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/netns"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+// Defaults.
+const (
+	// DefaultWorkDir holds each VM's working directory.
+	DefaultWorkDir = "/run/agentsandbox/vms"
+	// CgroupRoot is the parent of every step's cgroup.
+	CgroupRoot = "/agentsandbox"
+	// ConsoleLog is the console's copy in the control directory.
+	ConsoleLog = "console.log"
+	// DefaultBootAllowance is added to the step's timeout for the host's
+	// deadline: boot and power-off under TCG take seconds.
+	DefaultBootAllowance = 60 * time.Second
+	// DefaultShutdownGrace is how long each shutdown stage waits.
+	DefaultShutdownGrace = 3 * time.Second
+	// DefaultGuestMemory is the guest memory assumed when the step sets none.
+	DefaultGuestMemory = 512 << 20
+	// MemoryOverheadFixed and MemoryOverheadPercent size the hypervisor's
+	// cgroup: guest memory + 256 MiB + 10 % for qemu itself, its device
+	// model, 9p buffers and the page cache of the kernel and initrd.
+	MemoryOverheadFixed   = 256 << 20
+	MemoryOverheadPercent = 10
+	// HypervisorPIDs caps the hypervisor's threads (the guest's own pids
+	// limit is the guest kernel's business).
+	HypervisorPIDs = 512
+)
+
+// Markers the backend looks for on the console.
+const (
+	PanicMarker = "Kernel panic"
+)
+
+// ErrEgressUnsupported is returned for a step that asks for network egress.
+var ErrEgressUnsupported = errors.New("network egress is not supported yet: remove network.allow from the step (it would get loopback only)")
+
+// Options configure the backend; zero values take the defaults.
+type Options struct {
+	StateDir      string        // vmrunner.DefaultStateDir
+	WorkDir       string        // DefaultWorkDir
+	BootAllowance time.Duration // DefaultBootAllowance
+	ShutdownGrace time.Duration // DefaultShutdownGrace
+	// Accel forces "kvm" or "tcg"; empty asks Probe.
+	Accel string
+	// Probe decides whether KVM works; ProbeKVM when nil.
+	Probe func(ctx context.Context) (bool, string)
+	// Warn receives the warning when KVM is not usable; os.Stderr when nil.
+	Warn io.Writer
+}
+
+// Backend runs steps in microVMs. It is safe for concurrent Runs of
+// distinct steps.
+type Backend struct {
+	opts      Options
+	accelOnce sync.Once
+	kvm       bool
+	kvmWhy    string
+}
+
+// New returns the vm backend.
+func New(opts Options) *Backend {
+	if opts.StateDir == "" {
+		opts.StateDir = vmrunner.DefaultStateDir
+	}
+	if opts.WorkDir == "" {
+		opts.WorkDir = DefaultWorkDir
+	}
+	if opts.BootAllowance == 0 {
+		opts.BootAllowance = DefaultBootAllowance
+	}
+	if opts.ShutdownGrace == 0 {
+		opts.ShutdownGrace = DefaultShutdownGrace
+	}
+	if opts.Probe == nil {
+		opts.Probe = ProbeKVM
+	}
+	if opts.Warn == nil {
+		opts.Warn = os.Stderr
+	}
+	return &Backend{opts: opts}
+}
+
+// Isolation is vm.
+func (b *Backend) Isolation() workflow.Isolation { return workflow.IsolationVM }
+
+// CgroupPath is the cgroup of one step of one run.
+func CgroupPath(runID, step string) string {
+	return CgroupRoot + "/" + pathPart(runID) + "/" + pathPart(step)
+}
+
+func pathPart(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	if b.Len() == 0 {
+		return "_"
+	}
+	return b.String()
+}
+
+// Limits are the hypervisor's cgroup limits for a step: guest memory plus
+// the overhead, the vCPUs plus one CPU for qemu's I/O threads.
+func Limits(r workflow.Resources) cgroup.Limits {
+	mem := r.Memory
+	if mem <= 0 {
+		mem = DefaultGuestMemory
+	}
+	vcpu := r.VCPU
+	if vcpu <= 0 {
+		vcpu = 1
+	}
+	return cgroup.Limits{
+		MemoryBytes: mem + MemoryOverheadFixed + mem*MemoryOverheadPercent/100,
+		VCPU:        vcpu + 1,
+		PIDs:        HypervisorPIDs,
+	}
+}
+
+// accel picks the accelerator for a runner.
+func (b *Backend) accel(ctx context.Context, ri RunnerInfo) (string, error) {
+	want := b.opts.Accel
+	if want == "" {
+		b.accelOnce.Do(func() {
+			b.kvm, b.kvmWhy = b.opts.Probe(ctx)
+			if !b.kvm {
+				fmt.Fprintf(b.opts.Warn, "warning: KVM is not usable (%s); VMs run under software emulation (TCG), much slower\n", b.kvmWhy)
+			}
+		})
+		want = "tcg"
+		if b.kvm {
+			want = "kvm"
+		}
+	}
+	if ri.AccelFromEnv {
+		return want, nil
+	}
+	if ri.BakedAccel == "kvm" && want != "kvm" {
+		return "", fmt.Errorf("runner %s was built for KVM but KVM is not usable here (%s): rebuild it with qemu accel tcg", ri.Dir, b.kvmWhy)
+	}
+	return ri.BakedAccel, nil
+}
+
+func check(spec vmrunner.StepSpec) error {
+	switch {
+	case spec.RunID == "" || spec.Step.Name == "":
+		return errors.New("run id and step name are required")
+	case spec.Runner == "":
+		return errors.New("no runner: the step's microvm.nix runner must be realised first")
+	case spec.Step.Network.HasEgress():
+		return ErrEgressUnsupported
+	case spec.Workspace == "" || spec.ControlDir == "":
+		return errors.New("workspace and control directory are required")
+	}
+	return nil
+}
+
+// job is the job.json the guest agent reads: the spec's job with the
+// step's timeout when the job has none.
+func job(spec vmrunner.StepSpec) guest.Job {
+	j := spec.Job
+	if j.TimeoutMS == 0 {
+		j.TimeoutMS = spec.Step.Resources.TimeoutMS
+	}
+	return j
+}
+
+type run struct {
+	b       *Backend
+	state   vmrunner.State
+	ns      *netns.NS
+	cg      *cgroup.Group
+	workDir string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	waitErr error
+}
+
+func (r *run) record() error { return vmrunner.WriteState(r.b.opts.StateDir, r.state) }
+
+func (r *run) cleanup() error {
+	var errs []error
+	if r.cmd != nil && r.cmd.Process != nil {
+		select {
+		case <-r.done:
+		default:
+			if r.cg != nil {
+				_ = r.cg.Kill()
+			}
+			_ = r.cmd.Process.Kill()
+			<-r.done
+		}
+	}
+	if r.cg != nil {
+		if err := r.cg.Delete(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.ns != nil {
+		if err := r.ns.Delete(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.workDir != "" {
+		// Only our links and qemu's socket are in it: never follow them.
+		for _, n := range []string{"control", "workspace"} {
+			if err := os.Remove(filepath.Join(r.workDir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("remove VM working directory: %w", err))
+			}
+		}
+		if ents, err := os.ReadDir(r.workDir); err == nil {
+			for _, e := range ents {
+				if e.Type()&fs.ModeSocket != 0 {
+					_ = os.Remove(filepath.Join(r.workDir, e.Name()))
+				}
+			}
+		}
+		if err := os.Remove(r.workDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove VM working directory: %w", err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("clean up (run `agentsandbox gc` to retry): %w", errors.Join(errs...))
+	}
+	return vmrunner.RemoveState(r.b.opts.StateDir, r.state)
+}
+
+// Run runs one step in a microVM; see the package documentation.
+func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner.StepResult, err error) {
+	res.Isolation = workflow.IsolationVM
+	res.Hypervisor = workflow.HypervisorQEMU
+	res.Started = time.Now()
+	name := spec.Step.Name
+	defer func() {
+		res.Finished = time.Now()
+		if err != nil {
+			err = fmt.Errorf("run step %q in a VM: %w", name, err)
+		}
+	}()
+	if err := check(spec); err != nil {
+		return res, err
+	}
+	ri, err := ReadRunner(spec.Runner)
+	if err != nil {
+		return res, err
+	}
+	switch {
+	case ri.Hypervisor != string(workflow.HypervisorQEMU):
+		return res, fmt.Errorf("runner %s uses hypervisor %q: this backend runs qemu runners only so far", spec.Runner, ri.Hypervisor)
+	case ri.HasVirtiofsd:
+		return res, fmt.Errorf("runner %s has virtiofs shares: not supported yet, use 9p shares", spec.Runner)
+	}
+	accel, err := b.accel(ctx, ri)
+	if err != nil {
+		return res, err
+	}
+	res.Accel = accel
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+
+	r := &run{b: b, state: vmrunner.NewState(spec.RunID, name), done: make(chan struct{})}
+	defer func() {
+		if cerr := r.cleanup(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	nsName := netns.Name(spec.RunID, name)
+	cgPath := CgroupPath(spec.RunID, name)
+	workDir := filepath.Join(b.opts.WorkDir, nsName)
+	r.state.Netns = []string{nsName}
+	r.state.Cgroups = []string{cgPath}
+	r.state.Dirs = []string{workDir}
+	if err := r.record(); err != nil {
+		return res, err
+	}
+	if r.ns, err = netns.Create(nsName); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			err = fmt.Errorf("%w (left by an earlier run? `agentsandbox gc` removes leftovers)", err)
+		}
+		return res, err
+	}
+	for _, tap := range ri.Taps {
+		if _, err := r.ns.CreateTap(tap, 0, ri.TapMultiQueue, ri.TapVnetHdr); err != nil {
+			return res, fmt.Errorf("create tap %q in netns %q: %w", tap, nsName, err)
+		}
+	}
+	if r.cg, err = cgroup.New(cgPath, Limits(spec.Step.Resources)); err != nil {
+		return res, err
+	}
+	if err := os.MkdirAll(b.opts.WorkDir, 0o700); err != nil {
+		return res, fmt.Errorf("create VM directory: %w", err)
+	}
+	if err := os.Mkdir(workDir, 0o700); err != nil {
+		return res, fmt.Errorf("create VM working directory: %w", err)
+	}
+	r.workDir = workDir
+	if err := linkShares(workDir, spec); err != nil {
+		return res, err
+	}
+	if err := prepareDirs(spec); err != nil {
+		return res, err
+	}
+	jb, err := json.Marshal(job(spec))
+	if err != nil {
+		return res, fmt.Errorf("encode job: %w", err)
+	}
+	if err := vmrunner.WriteFileAtomic(filepath.Join(spec.ControlDir, guest.JobFile), jb, 0o600); err != nil {
+		return res, err
+	}
+	logf, err := os.OpenFile(filepath.Join(spec.ControlDir, ConsoleLog), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return res, fmt.Errorf("create console log: %w", err)
+	}
+	defer logf.Close()
+	con := &consoleWatch{}
+	outs := []io.Writer{logf, con}
+	if spec.Console != nil {
+		outs = append(outs, spec.Console)
+	}
+	if err := r.start(ri, accel, io.MultiWriter(outs...)); err != nil {
+		return res, err
+	}
+	return b.wait(ctx, r, ri, spec, con, res)
+}
+
+// linkShares makes the VM working directory's ./control and ./workspace,
+// the relative 9p share sources of every runner.
+func linkShares(workDir string, spec vmrunner.StepSpec) error {
+	for _, l := range []struct{ name, target string }{
+		{"control", spec.ControlDir},
+		{"workspace", spec.Workspace},
+	} {
+		abs, err := filepath.Abs(l.target)
+		if err != nil {
+			return fmt.Errorf("link share %s: %w", l.name, err)
+		}
+		if err := os.Symlink(abs, filepath.Join(workDir, l.name)); err != nil {
+			return fmt.Errorf("link share %s: %w", l.name, err)
+		}
+	}
+	return nil
+}
+
+// prepareDirs makes the control directory root-only, gives the workspace
+// to the job's user (9p passthrough keeps host ownership) and removes
+// stale results.
+func prepareDirs(spec vmrunner.StepSpec) error {
+	if err := os.Chown(spec.ControlDir, 0, 0); err != nil {
+		return fmt.Errorf("seal control directory: %w", err)
+	}
+	if err := os.Chmod(spec.ControlDir, 0o700); err != nil {
+		return fmt.Errorf("seal control directory: %w", err)
+	}
+	for _, f := range []string{guest.ResultFile, guest.StdoutFile, guest.StderrFile, ConsoleLog} {
+		if err := os.Remove(filepath.Join(spec.ControlDir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove stale %s: %w", f, err)
+		}
+	}
+	uid, gid := spec.Job.UID, spec.Job.GID
+	err := filepath.WalkDir(spec.Workspace, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+	if err != nil {
+		return fmt.Errorf("give the workspace to uid %d: %w", uid, err)
+	}
+	return nil
+}
+
+// RunnerCommand is how the backend starts a runner: a shell that waits on
+// fd 3 until the process is in its cgroup (cgroup v1 has no clone-into
+// flag), then execs microvm-run.
+func RunnerCommand(runner string) []string {
+	return []string{"/bin/sh", "-c", `read -r _ <&3 && exec "$0"`, filepath.Join(runner, "bin", "microvm-run")}
+}
+
+// RunnerEnv is the runner's environment.
+func RunnerEnv(accel string) []string {
+	return []string{"PATH=/usr/bin:/bin", "ACCEL=" + accel}
+}
+
+func (r *run) start(ri RunnerInfo, accel string, console io.Writer) error {
+	argv := RunnerCommand(ri.Dir)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("start runner: %w", err)
+	}
+	defer pr.Close()
+	defer pw.Close()
+	cmd := &exec.Cmd{
+		Path:        argv[0],
+		Args:        argv,
+		Dir:         r.workDir,
+		Env:         RunnerEnv(accel),
+		Stdout:      console,
+		Stderr:      console,
+		ExtraFiles:  []*os.File{pr},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	cgFile, fdErr := r.cg.FD()
+	if fdErr == nil {
+		defer cgFile.Close()
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = int(cgFile.Fd())
+	}
+	// The child inherits the netns of the thread that forks it.
+	if err := r.ns.Do(cmd.Start); err != nil {
+		return fmt.Errorf("start runner %s: %w", argv[len(argv)-1], err)
+	}
+	r.cmd = cmd
+	go func() {
+		r.waitErr = cmd.Wait()
+		close(r.done)
+	}()
+	if fdErr != nil {
+		if err := r.cg.Add(cmd.Process.Pid); err != nil {
+			return err
+		}
+	}
+	if _, err := pw.Write([]byte("go\n")); err != nil {
+		return fmt.Errorf("release runner: %w", err)
+	}
+	return nil
+}
+
+// consoleWatch notices a kernel panic on the console.
+type consoleWatch struct {
+	mu       sync.Mutex
+	tail     []byte
+	panicked bool
+	started  bool
+}
+
+func (c *consoleWatch) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	buf := append(c.tail, p...)
+	if strings.Contains(string(buf), PanicMarker) {
+		c.panicked = true
+	}
+	if strings.Contains(string(buf), guest.ConsoleStartLine) {
+		c.started = true
+	}
+	// Keep enough to match a marker split across writes.
+	keep := len(guest.ConsoleStartLine)
+	if len(buf) > keep {
+		buf = buf[len(buf)-keep:]
+	}
+	c.tail = append(c.tail[:0], buf...)
+	return len(p), nil
+}
+
+func (c *consoleWatch) state() (panicked, started bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.panicked, c.started
+}
+
+// wait waits for the hypervisor with the host's deadline and turns what it
+// sees into the step's result.
+func (b *Backend) wait(ctx context.Context, r *run, ri RunnerInfo, spec vmrunner.StepSpec, con *consoleWatch, res vmrunner.StepResult) (vmrunner.StepResult, error) {
+	var deadline <-chan time.Time
+	if ms := job(spec).TimeoutMS; ms > 0 {
+		t := time.NewTimer(time.Duration(ms)*time.Millisecond + guest.KillGrace + b.opts.BootAllowance)
+		defer t.Stop()
+		deadline = t.C
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	hostTimeout := false
+	var cancelled error
+loop:
+	for {
+		select {
+		case <-r.done:
+			break loop
+		case <-tick.C:
+			_, _ = r.cg.Usage()
+		case <-deadline:
+			hostTimeout = true
+			deadline = nil
+			r.shutdown(ri, true)
+		case <-ctx.Done():
+			cancelled = ctx.Err()
+			r.shutdown(ri, false)
+			break loop
+		}
+	}
+	usage, uerr := r.cg.Usage()
+	res.Usage = usage
+	if cancelled != nil {
+		return res, cancelled
+	}
+	if uerr != nil {
+		return res, uerr
+	}
+	panicked, _ := con.state()
+	result, hasResult, rerr := readResult(spec.ControlDir)
+	res.Result, res.HasResult = result, hasResult
+	switch {
+	case usage.OOMKills > 0 && !hasResult:
+		res.Status = vmrunner.StatusOOM
+		res.Detail = fmt.Sprintf("the hypervisor was killed for memory: %d OOM kill(s) at the %d-byte limit", usage.OOMKills, Limits(spec.Step.Resources).MemoryBytes)
+	case hostTimeout && !hasResult:
+		res.Status = vmrunner.StatusTimeout
+		res.Detail = fmt.Sprintf("the guest did not finish within its %d ms timeout plus %v for boot; the host stopped the VM", job(spec).TimeoutMS, b.opts.BootAllowance)
+	case hasResult && result.TimedOut:
+		res.Status = vmrunner.StatusTimeout
+		res.Detail = fmt.Sprintf("ran past its %d ms timeout", job(spec).TimeoutMS)
+	case hasResult && result.Succeeded():
+		res.Status = vmrunner.StatusSucceeded
+	default:
+		res.Status = vmrunner.StatusFailed
+		switch {
+		case !hasResult && panicked:
+			res.Detail = "guest panicked"
+		case !hasResult && errors.Is(rerr, fs.ErrNotExist):
+			res.Detail = fmt.Sprintf("guest powered off without a result (hypervisor: %v)", exitText(r.waitErr))
+		case !hasResult:
+			res.Detail = fmt.Sprintf("guest left no readable result: %v", rerr)
+		case result.Error != "":
+			res.Detail = result.Error
+		case result.Signal != "":
+			res.Detail = "killed by " + result.Signal
+		default:
+			res.Detail = fmt.Sprintf("exit status %d", result.ExitCode)
+		}
+	}
+	return res, nil
+}
+
+func exitText(err error) string {
+	if err == nil {
+		return "exited 0"
+	}
+	return err.Error()
+}
+
+// shutdown stops the VM: politely (microvm-shutdown or QMP powerdown) when
+// graceful, then QMP quit, then SIGKILL to the whole cgroup.
+func (r *run) shutdown(ri RunnerInfo, graceful bool) {
+	grace := r.b.opts.ShutdownGrace
+	waitDone := func(d time.Duration) bool {
+		select {
+		case <-r.done:
+			return true
+		case <-time.After(d):
+			return false
+		}
+	}
+	sock := r.qmpSocket()
+	if graceful {
+		if ri.HasShutdown {
+			sctx, cancel := context.WithTimeout(context.Background(), grace)
+			cmd := exec.CommandContext(sctx, filepath.Join(ri.Dir, "bin", "microvm-shutdown"))
+			cmd.Dir = r.workDir
+			_ = cmd.Run()
+			cancel()
+		} else if sock != "" {
+			_ = qmp(sock, "system_powerdown", grace)
+		}
+		if waitDone(grace) {
+			return
+		}
+	}
+	if sock != "" {
+		_ = qmp(sock, "quit", grace)
+		if waitDone(grace) {
+			return
+		}
+	}
+	_ = r.cg.Kill()
+	_ = r.cmd.Process.Kill()
+	<-r.done
+}
+
+// qmpSocket finds the runner's control socket: the one socket microvm-run
+// creates in the VM's working directory.
+func (r *run) qmpSocket() string {
+	ents, err := os.ReadDir(r.workDir)
+	if err != nil {
+		return ""
+	}
+	var socks []string
+	for _, e := range ents {
+		if e.Type()&fs.ModeSocket != 0 {
+			socks = append(socks, filepath.Join(r.workDir, e.Name()))
+		}
+	}
+	sort.Strings(socks)
+	if len(socks) == 0 {
+		return ""
+	}
+	return socks[0]
+}
+
+func readResult(dir string) (guest.Result, bool, error) {
+	var res guest.Result
+	b, err := os.ReadFile(filepath.Join(dir, guest.ResultFile))
+	if err != nil {
+		return res, false, fmt.Errorf("read result: %w", err)
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		return res, false, fmt.Errorf("decode result: %w", err)
+	}
+	return res, true, nil
+}

@@ -1,0 +1,269 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/netns"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
+	"github.com/agentsandbox/agentsandbox/vmrunner/vm/vmfixture"
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+var shared struct {
+	once    sync.Once
+	tmp     string
+	fx      *vmfixture.Fixture
+	err     error
+	stateD  string
+	workDir string
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.tmp != "" {
+		os.RemoveAll(shared.tmp)
+	}
+	os.Exit(code)
+}
+
+// fixture needs the vm tier (root, qemu, Nix, busybox-static, the Debian
+// kernel) and builds the fixture runner with Nix once per test binary.
+func fixture(t testing.TB) *vmfixture.Fixture {
+	t.Helper()
+	testtier.Root(t)
+	testtier.Command(t, "vm", "qemu-system-x86_64", "apt-get install qemu-system-x86")
+	testtier.Command(t, "vm", "busybox", "apt-get install busybox-static")
+	testtier.Nix(t)
+	shared.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		shared.tmp, shared.err = os.MkdirTemp("", "asb-vm-test-")
+		if shared.err != nil {
+			return
+		}
+		shared.stateD = filepath.Join(shared.tmp, "state")
+		shared.workDir = filepath.Join(shared.tmp, "vms")
+		if _, err := vmfixture.FindOrFetchKernel(ctx, vmfixture.CacheDir()); err != nil {
+			shared.err = err
+			return
+		}
+		init, err := vmfixture.BuildGuestAgent(ctx, shared.tmp)
+		if err != nil {
+			shared.err = err
+			return
+		}
+		shared.fx, shared.err = vmfixture.BuildNix(ctx, filepath.Join(shared.tmp, "flake"),
+			vmfixture.Options{Init: init, HostBinaries: []string{"/usr/bin/bash"}}, nil)
+	})
+	if errors.Is(shared.err, vmfixture.ErrNoKernel) {
+		testtier.Skip(t, "vm", shared.err.Error())
+	}
+	if shared.err != nil {
+		t.Fatalf("build the VM fixture: %v", shared.err)
+	}
+	return shared.fx
+}
+
+func newBackend(t testing.TB, opts Options) *Backend {
+	if opts.StateDir == "" {
+		opts.StateDir = shared.stateD
+	}
+	if opts.WorkDir == "" {
+		opts.WorkDir = shared.workDir
+	}
+	if opts.Accel == "" {
+		opts.Accel = "tcg"
+	}
+	return New(opts)
+}
+
+// checked runs every step on the fixture runner and then checks that the
+// step's netns, cgroup, working directory and state file are gone.
+type checked struct {
+	t      testing.TB
+	b      *Backend
+	runner string
+}
+
+func (c checked) Isolation() workflow.Isolation { return c.b.Isolation() }
+
+func (c checked) Run(ctx context.Context, spec vmrunner.StepSpec) (vmrunner.StepResult, error) {
+	if spec.Runner == "" {
+		spec.Runner = c.runner
+	}
+	res, err := c.b.Run(ctx, spec)
+	assertClean(c.t, c.b, spec)
+	return res, err
+}
+
+func assertClean(t testing.TB, b *Backend, spec vmrunner.StepSpec) {
+	t.Helper()
+	name := netns.Name(spec.RunID, spec.Step.Name)
+	if _, err := os.Lstat(filepath.Join(netns.RunDir, name)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("netns %s left behind (%v)", name, err)
+	}
+	groups, err := cgroup.List(CgroupRoot)
+	if err != nil {
+		t.Errorf("list cgroups: %v", err)
+	}
+	for _, g := range groups {
+		if strings.HasPrefix(g, CgroupPath(spec.RunID, "")) {
+			t.Errorf("cgroup %s left behind", g)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(b.opts.WorkDir, name)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("VM working directory left behind (%v)", err)
+	}
+	if states, err := vmrunner.ReadStates(b.opts.StateDir); err != nil || len(states) > 0 {
+		t.Errorf("state files left behind: %v %v", states, err)
+	}
+}
+
+// TestConformance runs the shared backend suite in real qemu guests (TCG).
+func TestConformance(t *testing.T) {
+	runnertest.Run(t, func(t *testing.T) vmrunner.Backend {
+		fx := fixture(t)
+		return checked{t: t, b: newBackend(t, Options{}), runner: fx.Dir}
+	}, runnertest.Options{
+		Isolated:  true,
+		PATH:      "/usr/bin:/bin",
+		Isolation: workflow.IsolationVM,
+		Setup:     func(t *testing.T) { fixture(t) },
+	})
+}
+
+func spec(t *testing.T, name string, command []string) vmrunner.StepSpec {
+	s := runnertest.Options{Isolation: workflow.IsolationVM}.Spec(t, name, command)
+	s.Runner = fixture(t).Dir
+	return s
+}
+
+func TestHelloRecordsAccelAndConsole(t *testing.T) {
+	b := newBackend(t, Options{})
+	s := spec(t, "hello", runnertest.Sh("echo hello > out.txt; echo from-the-guest"))
+	res := runnertest.RunStep(t, checked{t: t, b: b}, s)
+	if res.Status != vmrunner.StatusSucceeded || res.Accel != "tcg" || res.Hypervisor != workflow.HypervisorQEMU {
+		t.Fatalf("result %+v, want succeeded under tcg with qemu", res)
+	}
+	if out, err := os.ReadFile(filepath.Join(s.Workspace, "out.txt")); err != nil || string(out) != "hello\n" {
+		t.Errorf("workspace out.txt = %q, %v", out, err)
+	}
+	con, err := os.ReadFile(filepath.Join(s.ControlDir, ConsoleLog))
+	if err != nil || !strings.Contains(string(con), guest.ConsoleStartLine) || !strings.Contains(string(con), "from-the-guest") {
+		t.Errorf("console.log = %q, %v; want the start marker and the job's output", con, err)
+	}
+	if res.Usage.CPUTime <= 0 || res.Usage.PeakMemoryBytes <= 0 {
+		t.Errorf("usage %+v, want the hypervisor's CPU time and memory", res.Usage)
+	}
+}
+
+func TestGuestPanicIsFailure(t *testing.T) {
+	b := newBackend(t, Options{})
+	s := spec(t, "panics", runnertest.Sh("echo c > /proc/sysrq-trigger; sleep 30"))
+	s.Job.UID, s.Job.GID = 0, 0
+	res := runnertest.RunStep(t, checked{t: t, b: b}, s)
+	if res.Status != vmrunner.StatusFailed || res.HasResult || res.Detail != "guest panicked" {
+		t.Fatalf("result %+v, want failed without a result, detail \"guest panicked\"", res)
+	}
+}
+
+func TestHungGuestStoppedByHost(t *testing.T) {
+	// The agent's own timeout is far away, so only the host's deadline
+	// (step timeout + kill grace + boot allowance) can end this step.
+	b := newBackend(t, Options{BootAllowance: 10 * time.Second, ShutdownGrace: time.Second})
+	s := spec(t, "hangs", runnertest.Sh("sleep 600"))
+	s.Step.Resources.TimeoutMS = 500
+	s.Job.TimeoutMS = 600_000
+	start := time.Now()
+	res := runnertest.RunStep(t, checked{t: t, b: b}, s)
+	took := time.Since(start)
+	if res.Status != vmrunner.StatusTimeout || res.HasResult || !strings.Contains(res.Detail, "host stopped the VM") {
+		t.Fatalf("result %+v, want a host timeout without a result", res)
+	}
+	if limit := 500*time.Millisecond + guest.KillGrace + 10*time.Second + 3*time.Second + 5*time.Second; took > limit {
+		t.Errorf("the host took %v to stop a hung guest, want under %v", took, limit)
+	}
+}
+
+func TestTapInNetns(t *testing.T) {
+	fx := fixture(t)
+	// The same kernel and initramfs, with one tap interface in the runner.
+	dir := filepath.Join(t.TempDir(), "runner")
+	r := fx.Runner
+	r.Interfaces = []vmfixture.Interface{{ID: "asbtap0", MAC: "02:00:00:00:00:01"}}
+	files := r.ShareFiles()
+	files["bin/microvm-run"] = r.RunScript("/bin/busybox")
+	for n, c := range files {
+		mode := os.FileMode(0o644)
+		if strings.HasPrefix(n, "bin/") {
+			mode = 0o755
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, n)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(c), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := newBackend(t, Options{})
+	s := spec(t, "tapped", runnertest.Sh("cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' ' | sort"))
+	s.Runner = dir
+	res := runnertest.RunStep(t, checked{t: t, b: b}, s)
+	if res.Status != vmrunner.StatusSucceeded {
+		t.Fatalf("result %+v; console:\n%s", res, runnertest.ReadLog(t, s, ConsoleLog))
+	}
+	if got := runnertest.ReadLog(t, s, guest.StdoutFile); got != "eth0\nlo\n" {
+		t.Errorf("guest interfaces = %q, want eth0 (the tap's peer) and lo", got)
+	}
+}
+
+func TestProbe(t *testing.T) {
+	testtier.Command(t, "vm", "qemu-system-x86_64", "apt-get install qemu-system-x86")
+	ctx := context.Background()
+	if ok, why := (Prober{}).ProbeAccel(ctx, "tcg"); !ok {
+		t.Fatalf("the probe payload does not run under tcg: %s", why)
+	}
+	p := Prober{CacheFile: "-", KVMDevice: filepath.Join(t.TempDir(), "no-kvm")}
+	if ok, why := p.Probe(ctx); ok || !strings.Contains(why, "cannot open") {
+		t.Errorf("probe without a KVM device = %v, %q", ok, why)
+	}
+	start := time.Now()
+	usable, why := Prober{CacheFile: "-"}.Probe(ctx)
+	if took := time.Since(start); took > ProbeTimeout+2*time.Second {
+		t.Errorf("the probe took %v, want at most about %v", took, ProbeTimeout)
+	}
+	t.Logf("KVM usable here: %v (%s)", usable, why)
+}
+
+func TestProbeCache(t *testing.T) {
+	id := readBootID()
+	if id == "" {
+		t.Fatal("no /proc/sys/kernel/random/boot_id: the cache has nothing to key on")
+	}
+	cache := filepath.Join(t.TempDir(), "probe.json")
+	if err := os.WriteFile(cache, []byte(`{"bootId":"`+id+`","usable":true,"reason":"cached answer"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := Prober{CacheFile: cache, KVMDevice: "/nonexistent"}
+	if ok, why := p.Probe(context.Background()); !ok || why != "cached answer" {
+		t.Errorf("probe = %v, %q; want the cached answer for this boot", ok, why)
+	}
+	if err := os.WriteFile(cache, []byte(`{"bootId":"another-boot","usable":true,"reason":"stale"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ok, why := p.Probe(context.Background()); ok || why == "stale" {
+		t.Errorf("probe = %v, %q; a cache from another boot must be ignored", ok, why)
+	}
+}
