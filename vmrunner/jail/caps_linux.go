@@ -3,6 +3,10 @@ package jail
 import (
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -12,24 +16,71 @@ import (
 // group. The job, running as a non-zero uid, loses even these at setuid.
 var keepCaps = []int{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL}
 
-// dropPrivileges reduces the calling thread to keepCaps in every set and
-// sets no_new_privs. Capabilities are per thread: the caller execs from
-// this thread so that the whole next image starts with them.
-func dropPrivileges() error {
+// threads applies per-thread system calls either to every thread of the
+// process (all, through syscall.AllThreadsSyscall) or to the calling,
+// locked thread only.
+type threads struct{ all bool }
+
+// allThreadsWork reports whether syscall.AllThreadsSyscall is usable: it is
+// not in a binary that uses cgo.
+func allThreadsWork() bool {
+	_, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_GET_NO_NEW_PRIVS, 0, 0)
+	return e == 0
+}
+
+func (t threads) syscall(trap, a1, a2, a3 uintptr) error {
+	var e syscall.Errno
+	if t.all {
+		_, _, e = syscall.AllThreadsSyscall(trap, a1, a2, a3)
+	} else {
+		_, _, e = syscall.RawSyscall(trap, a1, a2, a3)
+	}
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func (t threads) setns(fd, nstype int) error {
+	return t.syscall(unix.SYS_SETNS, uintptr(fd), uintptr(nstype), 0)
+}
+
+// unshareCgroup makes a cgroup namespace on this thread and, with all, moves
+// every other thread into that same namespace.
+func (t threads) unshareCgroup() error {
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return err
+	}
+	if !t.all {
+		return nil
+	}
+	// The host's /proc is still mounted: thread-self names this thread
+	// there (gettid would give its id in the new pid namespace).
+	f, err := os.Open("/proc/thread-self/ns/cgroup")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return t.setns(int(f.Fd()), unix.CLONE_NEWCGROUP)
+}
+
+// dropPrivileges reduces the threads to keepCaps in every capability set
+// and sets no_new_privs.
+func (t threads) dropPrivileges() error {
 	keep := map[int]bool{}
 	var mask [2]uint32
 	for _, c := range keepCaps {
 		keep[c] = true
 		mask[c/32] |= 1 << (uint(c) % 32)
 	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+	if err := t.syscall(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
 		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
 	for c := 0; c <= 63; c++ {
 		if keep[c] {
 			continue
 		}
-		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+		err := t.syscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0)
 		if errors.Is(err, unix.EINVAL) {
 			break // past the kernel's last capability
 		}
@@ -42,10 +93,13 @@ func dropPrivileges() error {
 		{Effective: mask[0], Permitted: mask[0]},
 		{Effective: mask[1], Permitted: mask[1]},
 	}
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
+	err := t.syscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+	runtime.KeepAlive(&hdr)
+	runtime.KeepAlive(&data)
+	if err != nil {
 		return fmt.Errorf("set capabilities: %w", err)
 	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+	if err := t.syscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
 		return fmt.Errorf("set no_new_privs: %w", err)
 	}
 	return nil

@@ -6,9 +6,9 @@
 // parent has put it in the step's cgroup and sent the configuration as JSON
 // over a pipe (Release); only then does it build anything. It then
 //
-//  1. joins the step's named network namespace with setns(2) on its locked
-//     main thread (the netns descriptor arrives in ExtraFiles; the parent's
-//     threads never change namespace),
+//  1. joins the step's named network namespace with setns(2) (the netns
+//     descriptor arrives in ExtraFiles, so the parent's threads never change
+//     namespace and there is nothing to restore there),
 //  2. unshares a cgroup namespace, so its cgroup root is the step's cgroup,
 //  3. makes every mount private and builds a fresh root on a tmpfs from the
 //     Plan: read-only binds of the Nix closure or of the host's /usr, /bin,
@@ -17,17 +17,27 @@
 //     /proc with runc's masked and read-only paths, and no /sys,
 //  4. pivots into that root and detaches the old one, sets the hostname,
 //  5. drops every capability but CAP_SETUID, CAP_SETGID and CAP_KILL from the
-//     bounding, permitted, effective, inheritable and ambient sets, sets
-//     no_new_privs, and
-//  6. re-executes itself (stage 2) from that thread, so that every thread of
-//     the init that runs the job carries the reduced credentials and the
-//     netns (capabilities and setns are per thread in Linux).
+//     bounding, permitted, effective, inheritable and ambient sets, and sets
+//     no_new_privs.
 //
-// Stage 2 is PID 1 of the jail: it reports "ready" to the parent and runs
-// guest.RunJob on guest.ControlMount, the same job.json/result.json protocol
-// as the VM's agent. The job runs as the Job's uid and gid (nobody by
-// default), so it holds no capabilities at all. Setup errors travel back to
-// the parent as JSON over a second pipe and surface from Release as, for
+// Namespaces joined with setns, capabilities and no_new_privs belong to a
+// thread, not a process, and a Go program has several threads. In a binary
+// without cgo (the released agentsandbox is built with CGO_ENABLED=0) the
+// init applies them to every thread with syscall.AllThreadsSyscall and then
+// runs the agent itself: one exec in all. In a binary with cgo (test
+// binaries, usually) AllThreadsSyscall is not available: the init changes its
+// locked main thread only and re-executes itself from it (stage 2), so every
+// thread of the new image starts from that thread's state. A test checks
+// every thread of the init either way. A dynamically linked init gets its
+// ELF interpreter and libraries bound read-only into a Nix closure root so
+// that this re-exec works there.
+//
+// The init is then PID 1 of the jail: it reports "ready" to the parent and
+// runs guest.RunJob on guest.ControlMount, the same job.json/result.json
+// protocol as the VM's agent. The job runs as the Job's uid and gid (nobody by
+// default), so it holds no capabilities at all; a job run as uid 0 keeps only
+// the three above, on a read-only root. Setup errors travel back to the
+// parent as JSON over a second pipe and surface from Release as, for
 // example, "jail setup: mount proc on /proc: permission denied".
 //
 // The jail's mounts live only in its mount namespace: when its last process

@@ -40,11 +40,15 @@ func sendMessage(w io.Writer, m message) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// stage1 builds the jail. It runs on the locked main thread from start to
-// the exec of stage 2, so the per-thread state it sets (netns, capabilities,
-// no_new_privs) is what stage 2 starts with.
+// stage1 builds the jail. It runs on the locked main thread. Namespaces
+// joined with setns, capabilities and no_new_privs are per thread in Linux:
+// where the Go runtime can apply a system call to all of its threads (a
+// binary without cgo, like the released one) stage 1 does so and then runs
+// the agent itself; otherwise (cgo, such as test binaries) it changes only
+// this thread and re-executes itself from it as stage 2, so that every thread
+// of the init that runs the job starts from that thread's state.
 func stage1() int {
-	runtime.LockOSThread() // never unlocked: this thread execs stage 2
+	runtime.LockOSThread() // never unlocked: this thread may exec stage 2
 	statusFD, err := fdFromEnv(envStatusFD)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -74,13 +78,14 @@ func stage1() int {
 	}
 	cfgFile.Close()
 
-	if err := unix.Setns(netnsFD, unix.CLONE_NEWNET); err != nil {
+	t := threads{all: allThreadsWork()}
+	if err := t.setns(netnsFD, unix.CLONE_NEWNET); err != nil {
 		return fail(fmt.Errorf("join network namespace: %w", err))
 	}
 	unix.Close(netnsFD)
 	// The cgroup namespace is made now, not at clone, so that its root is
 	// the step's cgroup the parent has just put us in.
-	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+	if err := t.unshareCgroup(); err != nil {
 		return fail(fmt.Errorf("unshare cgroup namespace: %w", err))
 	}
 	if err := buildRoot(cfg); err != nil {
@@ -91,23 +96,31 @@ func stage1() int {
 			return fail(fmt.Errorf("set hostname %q: %w", cfg.Hostname, err))
 		}
 	}
-	if err := dropPrivileges(); err != nil {
+	if err := t.dropPrivileges(); err != nil {
 		return fail(err)
+	}
+	if t.all {
+		return runAgent(status, statusFD)
 	}
 	env := []string{envStage + "=2", envStatusFD + "=" + strconv.Itoa(statusFD)}
 	err = unix.Exec("/proc/self/exe", []string{"agentsandbox-init", InitArg}, env)
 	return fail(fmt.Errorf("exec init stage 2: %w", err))
 }
 
-// stage2 is PID 1 of the jail: it runs the job with the guest agent.
+// stage2 is the re-executed init of a cgo binary.
 func stage2() int {
 	statusFD, err := fdFromEnv(envStatusFD)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	return runAgent(os.NewFile(uintptr(statusFD), "status"), statusFD)
+}
+
+// runAgent is PID 1 of the finished jail: it reports ready and runs the job
+// with the guest agent. It returns 0 only when result.json was written.
+func runAgent(status *os.File, statusFD int) int {
 	unix.CloseOnExec(statusFD) // the job must not inherit it
-	status := os.NewFile(uintptr(statusFD), "status")
 	// Die with the host side even if it is killed hard.
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 		sendMessage(status, message{Error: fmt.Sprintf("jail setup: set parent death signal: %v", err)})
@@ -117,7 +130,7 @@ func stage2() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	_, err = guest.RunJob(ctx, guest.ControlMount, os.Stdout)
+	_, err := guest.RunJob(ctx, guest.ControlMount, os.Stdout)
 	if err != nil {
 		sendMessage(status, message{Error: "run job: " + err.Error()})
 		return 1

@@ -258,6 +258,11 @@ echo "hostname=$(cat /proc/sys/kernel/hostname)"
 echo "cgroup=$(cat /proc/self/cgroup | cut -d: -f3 | sort -u | tr '\n' ' ')"
 grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status
 touch /tmp/ok && echo tmp-writable
+self=$(readlink /proc/self/ns/net)
+for task in /proc/1/task/*; do
+	grep -E '^(CapEff|CapBnd|NoNewPrivs)' $task/status | sed 's/^/init-thread /'
+	[ "$(readlink $task/ns/net)" = "$self" ] || echo "ESCAPE: init thread $task in netns $(readlink $task/ns/net)"
+done
 `)
 	job := filepath.Join(cfg.ControlDir, guest.JobFile)
 	b, _ := os.ReadFile(job)
@@ -278,6 +283,18 @@ touch /tmp/ok && echo tmp-writable
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
+	}
+	threads := 0
+	for _, l := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(l, "init-thread "); ok {
+			threads++
+			if v != "CapEff:\t00000000000000e0" && v != "CapBnd:\t00000000000000e0" && v != "NoNewPrivs:\t1" {
+				t.Errorf("a thread of the jail's init has %q", v)
+			}
+		}
+	}
+	if threads < 6 {
+		t.Errorf("saw %d lines about the init's threads, want 3 per thread of several threads", threads)
 	}
 	if n := strings.Count(out, "held: "); n != 12 {
 		t.Errorf("%d checks held, want 12", n)
