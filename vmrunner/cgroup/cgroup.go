@@ -2,20 +2,24 @@
 // limit, a CPU quota from its vCPUs and optional block IO throttling, and
 // reads back what the step used.
 //
-// It supports both cgroup versions:
+// It is built on github.com/containerd/cgroups/v3 and supports both cgroup
+// versions:
 //
 //   - v2 (the unified hierarchy, most hosts today) when the unified
-//     hierarchy offers the memory, pids and cpu controllers;
-//   - v1 otherwise, in just the memory, pids, cpu, cpuacct and freezer
-//     hierarchies (plus blkio for IO limits), never in every mounted one.
-//     A hybrid host whose unified hierarchy has no controllers, like the
-//     project's CI machine, uses v1.
+//     hierarchy offers the memory, pids and cpu controllers, through
+//     cgroup2.Manager;
+//   - v1 otherwise, through cgroup1 with cgroup1.WithHierarchy limited to
+//     the memory, pids, cpu, cpuacct and freezer hierarchies (plus blkio
+//     for IO limits), never every mounted one. A hybrid host whose unified
+//     hierarchy has no controllers, like the project's CI machine, uses v1.
 //
-// The host's layout comes from github.com/containerd/cgroups/v3 (Mode); the
-// control files are written directly, the way that library's cgroup1 and
-// cgroup2 packages write them, because those packages pull in systemd, dbus
-// and eBPF modules this project does not carry. Every file operation works
-// below a root directory, so the unit tests run against a fake cgroupfs.
+// The library creates the groups with their resources, adds processes,
+// reads the statistics, freezes, kills and deletes. A few things it has no
+// API for are done on the files directly, each commented where it happens:
+// pids.peak, whether the kernel accounts swap, the directory descriptor for
+// clone, listing leftover groups for gc and removing the emptied parent
+// directories of a group. Every operation works below a root directory, so
+// the unit tests run the library against a fake cgroupfs.
 //
 // A group is named by a path such as /agentsandbox/RUNID/STEP that is the
 // same in every hierarchy. New creates it and writes the limits; the child
@@ -44,6 +48,7 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/cgroups/v3/cgroup2"
 )
 
 // Mountpoint is where the host's cgroup file systems are mounted.
@@ -106,8 +111,8 @@ func (l Limits) validate() error {
 // clone time.
 var ErrNoFD = errors.New("cgroup v1 has no cgroup directory descriptor for clone: hold the child until Add has placed it")
 
-// backend is one cgroup version's implementation. Every method works on
-// files below a root directory, so tests can point it at a fake cgroupfs.
+// backend is one cgroup version's implementation. Every method works below
+// a root directory, so tests can point it at a fake cgroupfs.
 type backend interface {
 	version() string
 	dirs() []string // the group's directory in every hierarchy
@@ -116,6 +121,7 @@ type backend interface {
 	usage() (u vmrunner.Usage, pidsCurrent int64, err error)
 	procs() ([]int, error)
 	kill() error
+	remove() error // the group's own directories; it must be empty
 }
 
 // Group is one cgroup in every hierarchy it uses.
@@ -123,7 +129,8 @@ type Group struct {
 	path string
 	b    backend
 
-	// rmdir removes one directory; tests on a fake cgroupfs replace it.
+	// rmdir removes one emptied parent directory; tests on a fake
+	// cgroupfs replace it.
 	rmdir func(string) error
 
 	mu       sync.Mutex
@@ -189,7 +196,10 @@ func openAt(ver, root, p string) (*Group, error) {
 	var b backend
 	var err error
 	if ver == "v2" {
-		b = &v2{mount: root, rel: p}
+		b, err = openV2(root, p)
+		if err != nil {
+			return nil, err
+		}
 	} else {
 		b, err = openV1(root, p)
 		if err != nil {
@@ -228,12 +238,16 @@ func detect() (version, root string, err error) {
 // hasControllers reports whether the cgroup2 hierarchy at mount offers all
 // of the named controllers.
 func hasControllers(mount string, want ...string) bool {
-	b, err := os.ReadFile(filepath.Join(mount, "cgroup.controllers"))
+	m, err := cgroup2.Load("/", cgroup2.WithMountpoint(mount))
+	if err != nil {
+		return false
+	}
+	ctrls, err := m.RootControllers()
 	if err != nil {
 		return false
 	}
 	have := map[string]bool{}
-	for _, c := range strings.Fields(string(b)) {
+	for _, c := range ctrls {
 		have[c] = true
 	}
 	for _, c := range want {
@@ -325,36 +339,40 @@ func (g *Group) Delete() error {
 	if deleted {
 		return nil
 	}
-	if !g.exists() {
-		g.markDeleted()
-		return nil
-	}
-	if err := g.Kill(); err != nil {
-		return fmt.Errorf("delete cgroup %s: %w", g.path, err)
-	}
-	deadline := time.Now().Add(deleteTimeout)
-	for {
-		pids, err := g.b.procs()
-		if err != nil {
+	if g.exists() {
+		if err := g.Kill(); err != nil {
 			return fmt.Errorf("delete cgroup %s: %w", g.path, err)
 		}
-		if len(pids) == 0 {
-			break
+		deadline := time.Now().Add(deleteTimeout)
+		for {
+			pids, err := g.b.procs()
+			if err != nil {
+				return fmt.Errorf("delete cgroup %s: %w", g.path, err)
+			}
+			if len(pids) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("delete cgroup %s: processes %v still in it %s after SIGKILL (stuck in uninterruptible sleep?); run `agentsandbox gc` once they are gone", g.path, pids, deleteTimeout)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("delete cgroup %s: processes %v still in it %s after SIGKILL (stuck in uninterruptible sleep?); run `agentsandbox gc` once they are gone", g.path, pids, deleteTimeout)
+		// The library retries a busy directory a few times itself; retry
+		// that until the deadline.
+		for {
+			err := g.b.remove()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("delete cgroup %s: %w", g.path, err)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	var errs []error
-	for _, d := range g.b.dirs() {
-		if err := g.removeDir(d, deadline); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("delete cgroup %s: %w", g.path, err)
-	}
+	// Also when the group itself is gone: a New that failed leaves its
+	// parents behind.
+	g.pruneParents()
 	g.markDeleted()
 	return nil
 }
@@ -374,33 +392,22 @@ func (g *Group) exists() bool {
 	return false
 }
 
-// removeDir removes dir (retrying while the kernel still reports it busy)
-// and then each parent that became empty, up to the hierarchy's root.
-func (g *Group) removeDir(dir string, deadline time.Time) error {
-	for {
-		err := g.rmdir(dir)
-		if err == nil || errors.Is(err, fs.ErrNotExist) {
-			break
-		}
-		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
-			return fmt.Errorf("remove %s: %w", dir, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	// Prune the parents this group's path created (/agentsandbox/RUN,
-	// /agentsandbox) once no sibling is left in them.
-	d := dir
-	for range strings.Count(g.path, "/") - 1 {
-		d = filepath.Dir(d)
-		if err := g.rmdir(d); err != nil {
-			break // not empty (ENOTEMPTY/EBUSY) or gone: both fine
+// pruneParents removes the parents this group's path created
+// (/agentsandbox/RUN, /agentsandbox) in every hierarchy once no sibling is
+// left in them. The library deletes only the group's own directory.
+func (g *Group) pruneParents() {
+	for _, d := range g.b.dirs() {
+		for range strings.Count(g.path, "/") - 1 {
+			d = filepath.Dir(d)
+			if err := g.rmdir(d); err != nil {
+				break // not empty (ENOTEMPTY/EBUSY) or gone: both fine
+			}
 		}
 	}
-	return nil
 }
 
 // rmdirCgroup removes a cgroup directory; cgroupfs allows rmdir of a
-// directory that lists control files but no child groups.
+// directory that lists control files but no child groups or processes.
 func rmdirCgroup(dir string) error { return syscall.Rmdir(dir) }
 
 // List returns the paths of the groups below prefix (like /agentsandbox) in
@@ -417,7 +424,8 @@ func List(prefix string) ([]string, error) {
 	return g.leaves()
 }
 
-// leaves lists the group paths with no child group at or below g.
+// leaves lists the group paths with no child group at or below g. The
+// library has no API to enumerate groups, so this walks the directories.
 func (g *Group) leaves() ([]string, error) {
 	prefix := g.path
 	seen := map[string]bool{}

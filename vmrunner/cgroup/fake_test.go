@@ -1,20 +1,24 @@
 package cgroup
 
 import (
+	"bufio"
 	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	"github.com/opencontainers/runtime-spec/specs-go"
 )
 
-// These tests run the file logic against a fake cgroupfs: plain
-// directories holding the files the kernel would offer.
+// These tests run the library's cgroup1 and cgroup2 code, rooted at a fake
+// cgroupfs: plain directories holding the files the kernel would offer.
 
 func write(t *testing.T, p, data string) {
 	t.Helper()
@@ -50,15 +54,107 @@ func fakeRmdir(dir string) error {
 	return os.RemoveAll(dir)
 }
 
+// readKV reads a flat keyed file such as pids.events ("key value" per
+// line).
+func readKV(p string) (map[string]int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]int64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), " ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		out[k] = n
+	}
+	return out, sc.Err()
+}
+
 func fakeV2(t *testing.T, controllers string) string {
 	mount := t.TempDir()
 	write(t, filepath.Join(mount, "cgroup.controllers"), controllers+"\n")
+	write(t, filepath.Join(mount, "cgroup.subtree_control"), "")
 	return mount
+}
+
+// fakeV2Parents makes the parents of the group at rel the way the kernel's
+// mkdir would: with a cgroup.subtree_control file, which the library opens
+// without creating it.
+func fakeV2Parents(t *testing.T, mount, rel string) {
+	t.Helper()
+	d := mount
+	parts := strings.Split(strings.TrimPrefix(rel, "/"), "/")
+	for _, p := range parts[:len(parts)-1] {
+		d = filepath.Join(d, p)
+		if !exists(filepath.Join(d, "cgroup.subtree_control")) {
+			write(t, filepath.Join(d, "cgroup.subtree_control"), "")
+		}
+	}
+}
+
+func TestResourcesV2(t *testing.T) {
+	mem, quota, period := int64(64<<20), int64(200000), uint64(100000)
+	got := resourcesV2(Limits{MemoryBytes: mem, PIDs: 32, VCPU: 2, IOReadBps: 1000, IOWriteBps: 2000, IODevices: []Device{{254, 0}, {8, 16}}})
+	want := &cgroup2.Resources{
+		Memory: &cgroup2.Memory{Max: &mem},
+		Pids:   &cgroup2.Pids{Max: 32},
+		CPU:    &cgroup2.CPU{Max: cgroup2.NewCPUMax(&quota, &period)},
+		IO: &cgroup2.IO{Max: []cgroup2.Entry{
+			{Type: cgroup2.ReadBPS, Major: 254, Minor: 0, Rate: 1000},
+			{Type: cgroup2.WriteBPS, Major: 254, Minor: 0, Rate: 2000},
+			{Type: cgroup2.ReadBPS, Major: 8, Minor: 16, Rate: 1000},
+			{Type: cgroup2.WriteBPS, Major: 8, Minor: 16, Rate: 2000},
+		}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("resourcesV2 = %+v, want %+v", got, want)
+	}
+	if got.CPU.Max != "200000 100000" {
+		t.Errorf("cpu.max = %q", got.CPU.Max)
+	}
+	// No limits: memory, pids and cpu are still enabled, for Usage.
+	none := resourcesV2(Limits{})
+	if c := none.EnabledControllers(); !reflect.DeepEqual(c, []string{"cpu", "memory", "pids"}) {
+		t.Errorf("controllers without limits = %v", c)
+	}
+	if v := none.Values(); len(v) != 0 {
+		t.Errorf("values without limits = %v, want none", v)
+	}
+}
+
+func TestResourcesV1(t *testing.T) {
+	mem, pids, quota, period := int64(64<<20), int64(32), int64(200000), uint64(100000)
+	l := Limits{MemoryBytes: mem, PIDs: pids, VCPU: 2, IOWriteBps: 2000, IODevices: []Device{{254, 0}}}
+	got := resourcesV1(l, true)
+	want := &specs.LinuxResources{
+		Memory:  &specs.LinuxMemory{Limit: &mem, Swap: &mem},
+		Pids:    &specs.LinuxPids{Limit: &pids},
+		CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
+		BlockIO: &specs.LinuxBlockIO{ThrottleWriteBpsDevice: []specs.LinuxThrottleDevice{{LinuxBlockIODevice: specs.LinuxBlockIODevice{Major: 254, Minor: 0}, Rate: 2000}}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("resourcesV1 = %+v, want %+v", got, want)
+	}
+	if r := resourcesV1(Limits{MemoryBytes: mem}, false); r.Memory.Swap != nil {
+		t.Error("memsw limit set where the kernel does not account swap")
+	}
+	if r := resourcesV1(Limits{}, true); !reflect.DeepEqual(r, &specs.LinuxResources{}) {
+		t.Errorf("resources without limits = %+v", r)
+	}
 }
 
 func TestV2Limits(t *testing.T) {
 	mount := fakeV2(t, "cpuset cpu io memory hugetlb pids rdma misc")
 	leaf := filepath.Join(mount, "asb/run/step")
+	fakeV2Parents(t, mount, "/asb/run/step")
 	write(t, filepath.Join(leaf, "memory.swap.max"), "max\n") // the kernel accounts swap
 	l := Limits{MemoryBytes: 64 << 20, PIDs: 32, VCPU: 2, IOReadBps: 1000, IOWriteBps: 2000, IODevices: []Device{{254, 0}}}
 	g, err := newAt("v2", mount, "/asb/run/step", l)
@@ -69,7 +165,7 @@ func TestV2Limits(t *testing.T) {
 		t.Errorf("version %s dirs %v", g.Version(), g.Dirs())
 	}
 	for _, d := range []string{"", "asb", "asb/run"} {
-		if got := read(t, filepath.Join(mount, d, "cgroup.subtree_control")); got != "+memory +pids +cpu +io" {
+		if got := read(t, filepath.Join(mount, d, "cgroup.subtree_control")); got != "+cpu +memory +pids +io" {
 			t.Errorf("%s/cgroup.subtree_control = %q", d, got)
 		}
 	}
@@ -81,7 +177,9 @@ func TestV2Limits(t *testing.T) {
 		"memory.swap.max": "0",
 		"pids.max":        "32",
 		"cpu.max":         "200000 100000",
-		"io.max":          "254:0 rbps=1000 wbps=2000",
+		// The library writes one io.max line per limit; a fake file
+		// keeps the last (TestResourcesV2 checks them all).
+		"io.max": "254:0 wbps=2000",
 	}
 	for f, v := range want {
 		if got := read(t, filepath.Join(leaf, f)); got != v {
@@ -104,6 +202,7 @@ func TestV2Limits(t *testing.T) {
 
 func TestV2NoSwapAccountingNoIO(t *testing.T) {
 	mount := fakeV2(t, "cpu memory pids")
+	fakeV2Parents(t, mount, "/asb/r/s")
 	g, err := newAt("v2", mount, "/asb/r/s", Limits{MemoryBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +216,7 @@ func TestV2NoSwapAccountingNoIO(t *testing.T) {
 			t.Errorf("wrote %s without a limit", f)
 		}
 	}
-	if got := read(t, filepath.Join(mount, "cgroup.subtree_control")); got != "+memory +pids +cpu" {
+	if got := read(t, filepath.Join(mount, "cgroup.subtree_control")); got != "+cpu +memory +pids" {
 		t.Errorf("subtree_control = %q", got)
 	}
 	_, err = newAt("v2", mount, "/asb/r/t", Limits{IOWriteBps: 1, IODevices: []Device{{8, 0}}})
@@ -142,11 +241,13 @@ func TestLimitsValidate(t *testing.T) {
 
 func TestV2Usage(t *testing.T) {
 	mount := fakeV2(t, "cpu memory pids")
+	fakeV2Parents(t, mount, "/asb/r/s")
 	g, err := newAt("v2", mount, "/asb/r/s", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	leaf := g.Dirs()[0]
+	write(t, filepath.Join(leaf, "memory.stat"), "anon 4096\nfile 0\n")
 	write(t, filepath.Join(leaf, "memory.peak"), "1048576\n")
 	write(t, filepath.Join(leaf, "memory.current"), "4096\n")
 	write(t, filepath.Join(leaf, "cpu.stat"), "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 3\nnr_throttled 1\nthrottled_usec 250\n")
@@ -182,6 +283,7 @@ func TestV2KillDeleteList(t *testing.T) {
 	mount := fakeV2(t, "cpu memory pids")
 	var groups []*Group
 	for _, p := range []string{"/asb/r1/a", "/asb/r1/b", "/asb/r2/a"} {
+		fakeV2Parents(t, mount, p)
 		g, err := newAt("v2", mount, p, Limits{})
 		if err != nil {
 			t.Fatal(err)
@@ -237,6 +339,7 @@ func TestV2KillDeleteList(t *testing.T) {
 
 func TestDeleteWaitsAndNamesLeftovers(t *testing.T) {
 	mount := fakeV2(t, "cpu memory pids")
+	fakeV2Parents(t, mount, "/asb/r/s")
 	g, err := newAt("v2", mount, "/asb/r/s", Limits{})
 	if err != nil {
 		t.Fatal(err)
@@ -265,6 +368,7 @@ func fakeV1(t *testing.T, swap bool, controllers ...string) string {
 	}
 	if swap {
 		write(t, filepath.Join(root, "memory", "memory.memsw.limit_in_bytes"), "9223372036854771712\n")
+		write(t, filepath.Join(root, "memory", "memory.memsw.usage_in_bytes"), "0\n")
 	}
 	return root
 }
@@ -354,11 +458,18 @@ func TestV1Usage(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := func(c, f string) string { return filepath.Join(root, c, "asb/r/s", f) }
+	write(t, d("memory", "memory.stat"), "cache 0\nrss 4096\n")
+	write(t, d("memory", "memory.usage_in_bytes"), "4096\n")
 	write(t, d("memory", "memory.max_usage_in_bytes"), "2097152\n")
+	write(t, d("memory", "memory.limit_in_bytes"), "9223372036854771712\n")
+	write(t, d("memory", "memory.failcnt"), "0\n")
 	write(t, d("memory", "memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
 	write(t, d("cpuacct", "cpuacct.usage"), "123456789\n")
+	write(t, d("cpuacct", "cpuacct.stat"), "user 10\nsystem 2\n")
+	write(t, d("cpuacct", "cpuacct.usage_percpu"), "100000000 23456789\n")
 	write(t, d("cpu", "cpu.stat"), "nr_periods 4\nnr_throttled 2\nthrottled_time 5000000\n")
 	write(t, d("pids", "pids.current"), "4\n")
+	write(t, d("pids", "pids.max"), "max\n")
 	u, err := g.Usage()
 	if err != nil {
 		t.Fatal(err)
@@ -381,4 +492,70 @@ func TestParseDevice(t *testing.T) {
 	if _, err := parseDevice("vda"); err == nil {
 		t.Error("parseDevice accepted a name")
 	}
+}
+
+func TestV1KillDeleteList(t *testing.T) {
+	root := fakeV1(t, false, "memory", "pids", "cpu", "cpuacct", "freezer")
+	var groups []*Group
+	for _, p := range []string{"/asb/r1/a", "/asb/r1/b"} {
+		g, err := newAt("v1", root, p, Limits{PIDs: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.rmdir = fakeRmdir
+		groups = append(groups, g)
+	}
+	top, err := openAt("v1", root, "/asb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := top.leaves()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"/asb/r1/a", "/asb/r1/b"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("leaves = %v, want %v", got, want)
+	}
+	// Kill freezes and thaws through the library's freezer (the fake's
+	// groups hold no processes, so nothing is signalled).
+	if err := groups[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, filepath.Join(root, "freezer/asb/r1/a/freezer.state")); got != "THAWED" {
+		t.Errorf("freezer.state after Kill = %q, want THAWED", got)
+	}
+	if err := groups[0].Delete(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
+		if exists(filepath.Join(root, c, "asb/r1/a")) {
+			t.Errorf("%s/asb/r1/a left after Delete", c)
+		}
+		if !exists(filepath.Join(root, c, "asb/r1/b")) {
+			t.Errorf("Delete removed %s/asb/r1/b", c)
+		}
+	}
+	// A handle opened by path, as gc does.
+	if err := deleteByPathAt(t, root, "/asb/r1/b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
+		if exists(filepath.Join(root, c, "asb")) {
+			t.Errorf("%s/asb left after the last group was deleted", c)
+		}
+	}
+	if err := groups[1].Delete(); err != nil {
+		t.Errorf("Delete after DeleteByPath: %v", err)
+	}
+}
+
+// deleteByPathAt is DeleteByPath on the v1 fake below root.
+func deleteByPathAt(t *testing.T, root, p string) error {
+	t.Helper()
+	g, err := openAt("v1", root, p)
+	if err != nil {
+		return err
+	}
+	g.rmdir = fakeRmdir
+	return g.Delete()
 }

@@ -418,3 +418,52 @@ func TestRootDeviceOf(t *testing.T) {
 		t.Errorf("DeviceOf(/) gave partition %s, want its disk", d)
 	}
 }
+
+// TestRootIOLimitsWritten sets IO throttling on the disk holding / through
+// the library's blkio (v1) or io (v2) controller and reads it back.
+func TestRootIOLimitsWritten(t *testing.T) {
+	testtier.Root(t)
+	d, err := DeviceOf("/")
+	if err != nil {
+		testtier.Skip(t, "root", fmt.Sprintf("no block device under / to throttle: %v", err))
+	}
+	g := newGroup(t, Limits{PIDs: 20, IOReadBps: 2 << 20, IOWriteBps: 1 << 20, IODevices: []Device{d}})
+	if g.Version() == "v1" {
+		for f, v := range map[string]string{
+			"blkio.throttle.read_bps_device":  fmt.Sprintf("%s %d", d, 2<<20),
+			"blkio.throttle.write_bps_device": fmt.Sprintf("%s %d", d, 1<<20),
+		} {
+			b, err := os.ReadFile(ctrlFile(g, "blkio", f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.TrimSpace(string(b)); got != v {
+				t.Errorf("%s = %q, want %q", f, got, v)
+			}
+		}
+		if len(g.Dirs()) != 6 {
+			t.Errorf("dirs %v, want blkio among six", g.Dirs())
+		}
+	} else {
+		b, err := os.ReadFile(ctrlFile(g, "io", "io.max"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("%s rbps=%d wbps=%d", d, 2<<20, 1<<20); !strings.Contains(string(b), want) {
+			t.Errorf("io.max = %q, want a line starting %q", b, want)
+		}
+	}
+	start(t, g, "exec true").wait(t, 10*time.Second)
+	if _, err := g.Usage(); err != nil {
+		t.Errorf("Usage of a group with IO limits: %v", err)
+	}
+	dirs := g.Dirs()
+	if err := g.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if exists(d) {
+			t.Errorf("%s left after Delete", d)
+		}
+	}
+}

@@ -3,31 +3,57 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
+	"sort"
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // controllersV1 are the v1 hierarchies a group lives in, each mounted at
 // ROOT/NAME. blkio is only needed for IO limits.
 var controllersV1 = []string{"memory", "pids", "cpu", "cpuacct", "freezer", "blkio"}
 
-// v1 is a group in the per-controller hierarchies below root.
+// statsV1 are the hierarchies Usage reads. blkio is left out: its Stat reads
+// /proc/partitions and a dozen blkio files for figures Usage does not report.
+var statsV1 = []string{"memory", "pids", "cpu", "cpuacct"}
+
+// needV1 are the hierarchies a new group with limits l is created in.
+func needV1(l Limits) []string {
+	need := []string{"memory", "pids", "cpu", "cpuacct", "freezer"}
+	if l.IOReadBps > 0 || l.IOWriteBps > 0 {
+		need = append(need, "blkio")
+	}
+	return need
+}
+
+// v1 is a group in the per-controller hierarchies below root, handled by the
+// library's cgroup1 package with a hierarchy of just these controllers
+// (cgroup1.WithHierarchy; the library's default touches every mounted one).
 type v1 struct {
 	root string
 	rel  string
-	// ctrl maps each controller to its group directory. Co-mounted
-	// controllers (cpu,cpuacct) share one directory.
+	// ctrl maps each controller to its group directory (Dirs, List, the
+	// parents Delete prunes, pids.peak). Co-mounted controllers
+	// (cpu,cpuacct) share one directory.
 	ctrl map[string]string
+	// cg is the group in every hierarchy it uses; nil when opened on a
+	// group that does not exist (any more).
+	cg cgroup1.Cgroup
+	// stat is the same group in the statsV1 hierarchies only.
+	stat cgroup1.Cgroup
 }
 
-// openV1 finds the controllers mounted below root; the group's directories
-// need not exist.
-func openV1(root, rel string) (*v1, error) {
-	g := &v1{root: root, rel: rel, ctrl: map[string]string{}}
+// mountedV1 maps each of controllersV1 that is mounted below root to its
+// mount directory, with symlinks (cpu -> cpu,cpuacct) resolved. The library
+// would create plain directories in the tmpfs at root for a controller that
+// is not mounted, so New checks this first.
+func mountedV1(root string) map[string]string {
+	m := map[string]string{}
 	for _, c := range controllersV1 {
 		mount := filepath.Join(root, c)
 		if !exists(filepath.Join(mount, "cgroup.procs")) {
@@ -36,74 +62,146 @@ func openV1(root, rel string) (*v1, error) {
 		if real, err := filepath.EvalSymlinks(mount); err == nil {
 			mount = real
 		}
-		g.ctrl[c] = filepath.Join(mount, rel)
+		m[c] = mount
 	}
-	return g, nil
+	return m
 }
 
-// valuesV1 are the writes that hold a v1 group to l, per controller, in
-// order. swap says whether the kernel accounts swap (memory.memsw.*).
-func valuesV1(l Limits, swap bool) map[string][]value {
-	v := map[string][]value{}
+// subsystemV1 is the library's controller name, rooted at root.
+func subsystemV1(root, name string) cgroup1.Subsystem {
+	switch cgroup1.Name(name) {
+	case cgroup1.Memory:
+		// Swap figures only where the kernel accounts swap; kmem figures
+		// never (deprecated in the kernel, not reported here).
+		return cgroup1.NewMemory(root, cgroup1.OptionalSwap(), cgroup1.IgnoreModules("kmem", "kmem.tcp"))
+	case cgroup1.Pids:
+		return cgroup1.NewPids(root)
+	case cgroup1.Cpu:
+		return cgroup1.NewCpu(root)
+	case cgroup1.Cpuacct:
+		return cgroup1.NewCpuacct(root)
+	case cgroup1.Freezer:
+		return cgroup1.NewFreezer(root)
+	case cgroup1.Blkio:
+		return cgroup1.NewBlkio(root)
+	}
+	panic("cgroup: no v1 subsystem " + name)
+}
+
+// hierarchyV1 is the cgroup1 hierarchy of just the named controllers.
+func hierarchyV1(root string, names []string) cgroup1.Hierarchy {
+	return func() ([]cgroup1.Subsystem, error) {
+		out := make([]cgroup1.Subsystem, 0, len(names))
+		for _, n := range names {
+			out = append(out, subsystemV1(root, n))
+		}
+		return out, nil
+	}
+}
+
+// resourcesV1 are the runtime-spec resources that hold a v1 group to l.
+// swap says whether the kernel accounts swap (memory.memsw.*): then
+// memory+swap equals memory, so no swap on top.
+func resourcesV1(l Limits, swap bool) *specs.LinuxResources {
+	r := &specs.LinuxResources{}
 	if l.MemoryBytes > 0 {
-		m := fmt.Sprint(l.MemoryBytes)
-		v["memory"] = append(v["memory"], value{"memory.limit_in_bytes", m})
+		m := l.MemoryBytes
+		r.Memory = &specs.LinuxMemory{Limit: &m}
 		if swap {
-			// memory+swap equal to memory: no swap on top.
-			v["memory"] = append(v["memory"], value{"memory.memsw.limit_in_bytes", m})
+			s := l.MemoryBytes
+			r.Memory.Swap = &s
 		}
 	}
 	if l.PIDs > 0 {
-		v["pids"] = append(v["pids"], value{"pids.max", fmt.Sprint(l.PIDs)})
+		p := l.PIDs
+		r.Pids = &specs.LinuxPids{Limit: &p}
 	}
 	if l.VCPU > 0 {
-		period := CPUPeriod.Microseconds()
-		v["cpu"] = append(v["cpu"],
-			value{"cpu.cfs_period_us", fmt.Sprint(period)},
-			value{"cpu.cfs_quota_us", fmt.Sprint(int64(l.VCPU) * period)})
+		period := uint64(CPUPeriod.Microseconds())
+		quota := int64(l.VCPU) * int64(period)
+		r.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
 	}
-	for _, d := range l.IODevices {
-		if l.IOReadBps > 0 {
-			v["blkio"] = append(v["blkio"], value{"blkio.throttle.read_bps_device", fmt.Sprintf("%s %d", d, l.IOReadBps)})
-		}
-		if l.IOWriteBps > 0 {
-			v["blkio"] = append(v["blkio"], value{"blkio.throttle.write_bps_device", fmt.Sprintf("%s %d", d, l.IOWriteBps)})
-		}
-	}
-	return v
-}
-
-func newV1(root, rel string, l Limits) (*v1, error) {
-	g, err := openV1(root, rel)
-	if err != nil {
-		return nil, err
-	}
-	need := []string{"memory", "pids", "cpu", "cpuacct", "freezer"}
 	if l.IOReadBps > 0 || l.IOWriteBps > 0 {
-		need = append(need, "blkio")
-	} else {
-		delete(g.ctrl, "blkio")
-	}
-	for _, c := range need {
-		if _, ok := g.ctrl[c]; !ok {
-			return nil, fmt.Errorf("cgroup v1 controller %s is not mounted at %s", c, filepath.Join(root, c))
-		}
-	}
-	for _, c := range need {
-		if err := os.MkdirAll(g.ctrl[c], 0o755); err != nil {
-			return nil, err
-		}
-	}
-	swap := exists(filepath.Join(root, "memory", "memory.memsw.limit_in_bytes"))
-	vals := valuesV1(l, swap)
-	for _, c := range need {
-		for _, v := range vals[c] {
-			if err := writeFile(filepath.Join(g.ctrl[c], v.file), v.data); err != nil {
-				return nil, fmt.Errorf("set %s to %q: %w", v.file, v.data, err)
+		r.BlockIO = &specs.LinuxBlockIO{}
+		for _, d := range l.IODevices {
+			dev := specs.LinuxBlockIODevice{Major: d.Major, Minor: d.Minor}
+			if l.IOReadBps > 0 {
+				r.BlockIO.ThrottleReadBpsDevice = append(r.BlockIO.ThrottleReadBpsDevice,
+					specs.LinuxThrottleDevice{LinuxBlockIODevice: dev, Rate: uint64(l.IOReadBps)})
+			}
+			if l.IOWriteBps > 0 {
+				r.BlockIO.ThrottleWriteBpsDevice = append(r.BlockIO.ThrottleWriteBpsDevice,
+					specs.LinuxThrottleDevice{LinuxBlockIODevice: dev, Rate: uint64(l.IOWriteBps)})
 			}
 		}
 	}
+	return r
+}
+
+func newV1(root, rel string, l Limits) (*v1, error) {
+	mounts := mountedV1(root)
+	need := needV1(l)
+	for _, c := range need {
+		if _, ok := mounts[c]; !ok {
+			return nil, fmt.Errorf("cgroup v1 controller %s is not mounted at %s", c, filepath.Join(root, c))
+		}
+	}
+	// Whether the kernel accounts swap: the library has no API for it
+	// (its OptionalSwap looks at the same kind of file, for stats only).
+	swap := exists(filepath.Join(root, "memory", "memory.memsw.limit_in_bytes"))
+	g := &v1{root: root, rel: rel, ctrl: map[string]string{}}
+	for _, c := range need {
+		g.ctrl[c] = filepath.Join(mounts[c], rel)
+	}
+	cg, err := cgroup1.New(cgroup1.StaticPath(rel), resourcesV1(l, swap), cgroup1.WithHierarchy(hierarchyV1(root, need)))
+	if err != nil {
+		return nil, err
+	}
+	g.cg = cg
+	if g.stat, err = cgroup1.Load(cgroup1.StaticPath(rel), cgroup1.WithHierarchy(hierarchyV1(root, statsV1))); err != nil {
+		return nil, err
+	}
 	return g, nil
+}
+
+// openV1 loads the group in every mounted hierarchy it exists in; the
+// group's directories need not exist.
+func openV1(root, rel string) (*v1, error) {
+	mounts := mountedV1(root)
+	g := &v1{root: root, rel: rel, ctrl: map[string]string{}}
+	var names, stats []string
+	for _, c := range controllersV1 {
+		if m, ok := mounts[c]; ok {
+			g.ctrl[c] = filepath.Join(m, rel)
+			names = append(names, c)
+		}
+	}
+	for _, c := range statsV1 {
+		if _, ok := mounts[c]; ok {
+			stats = append(stats, c)
+		}
+	}
+	var err error
+	if g.cg, err = loadV1(root, rel, names); err != nil {
+		return nil, err
+	}
+	if g.stat, err = loadV1(root, rel, stats); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// loadV1 loads the group in the named hierarchies where its directory
+// exists; nil when it exists in none.
+func loadV1(root, rel string, names []string) (cgroup1.Cgroup, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	cg, err := cgroup1.Load(cgroup1.StaticPath(rel), cgroup1.WithHierarchy(hierarchyV1(root, names)))
+	if errors.Is(err, cgroup1.ErrCgroupDeleted) {
+		return nil, nil
+	}
+	return cg, err
 }
 
 func (g *v1) version() string { return "v1" }
@@ -122,83 +220,114 @@ func (g *v1) dirs() []string {
 }
 
 func (g *v1) add(pid int) error {
-	for _, d := range g.dirs() {
-		if err := writeFile(filepath.Join(d, "cgroup.procs"), fmt.Sprint(pid)); err != nil {
-			return err
-		}
+	if g.cg == nil {
+		return fmt.Errorf("%w: %s", cgroup1.ErrCgroupDeleted, g.rel)
 	}
-	return nil
+	return g.cg.AddProc(uint64(pid))
 }
 
 func (g *v1) fd() (*os.File, error) { return nil, ErrNoFD }
 
-func (g *v1) procs() ([]int, error) { return unionProcs(g.dirs()) }
+// procs is the union of the group's processes in every hierarchy.
+func (g *v1) procs() ([]int, error) {
+	if g.cg == nil {
+		return nil, nil
+	}
+	seen := map[int]bool{}
+	for _, s := range g.cg.Subsystems() {
+		ps, err := g.cg.Processes(s.Name(), false)
+		if errors.Is(err, cgroup1.ErrCgroupDeleted) {
+			return nil, nil
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range ps {
+			seen[p.Pid] = true
+		}
+	}
+	out := make([]int, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out, nil
+}
 
 func (g *v1) usage() (vmrunner.Usage, int64, error) {
 	var u vmrunner.Usage
-	var err error
-	mem, pids := g.ctrl["memory"], g.ctrl["pids"]
-	if u.PeakMemoryBytes, err = readInt(filepath.Join(mem, "memory.max_usage_in_bytes")); err != nil {
-		return u, 0, err
+	if g.stat == nil {
+		return u, 0, fmt.Errorf("%w: %s", cgroup1.ErrCgroupDeleted, g.rel)
 	}
-	oom, err := readKV(filepath.Join(mem, "memory.oom_control"))
+	m, err := g.stat.Stat()
 	if err != nil {
 		return u, 0, err
 	}
-	u.OOMKills = oom["oom_kill"] // Linux 4.13+
-	ns, err := readInt(filepath.Join(g.ctrl["cpuacct"], "cpuacct.usage"))
-	if err != nil {
-		return u, 0, err
+	if m.Memory == nil || m.MemoryOomControl == nil || m.CPU == nil || m.Pids == nil {
+		return u, 0, fmt.Errorf("incomplete statistics of %s: memory, cpu, cpuacct and pids are needed", g.rel)
 	}
-	u.CPUTime = time.Duration(ns)
-	cpu, err := readKV(filepath.Join(g.ctrl["cpu"], "cpu.stat"))
-	if err != nil {
-		return u, 0, err
-	}
-	u.ThrottledTime = time.Duration(cpu["throttled_time"])
-	cur, err := readInt(filepath.Join(pids, "pids.current"))
-	if err != nil {
-		return u, 0, err
-	}
-	if peak, err := readInt(filepath.Join(pids, "pids.peak")); err == nil {
+	u.PeakMemoryBytes = int64(m.Memory.Usage.Max)  // memory.max_usage_in_bytes
+	u.OOMKills = int64(m.MemoryOomControl.OomKill) // oom_control's oom_kill, Linux 4.13+
+	u.CPUTime = time.Duration(m.CPU.Usage.Total)   // cpuacct.usage, ns
+	u.ThrottledTime = time.Duration(m.CPU.Throttling.ThrottledTime)
+	// pids.peak (Linux 6.1+) is not in the library's PidsStat: read it
+	// directly. Without it Group.Usage tracks the highest pids.current.
+	if peak, err := readInt(filepath.Join(g.ctrl["pids"], "pids.peak")); err == nil {
 		u.PidsPeak = peak
-	} else if !errors.Is(err, os.ErrNotExist) {
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		return u, 0, err
 	}
-	return u, cur, nil
+	return u, int64(m.Pids.Current), nil
 }
 
 // kill freezes the group, signals every process and thaws it, so nothing
-// forks between listing and signalling.
+// forks between listing and signalling. cgroup1 has no kill of its own.
 func (g *v1) kill() error {
-	fz, ok := g.ctrl["freezer"]
-	if !ok || !exists(fz) {
+	if g.cg == nil {
+		return nil
+	}
+	frozen := false
+	for _, s := range g.cg.Subsystems() {
+		frozen = frozen || s.Name() == cgroup1.Freezer
+	}
+	if !frozen {
 		pids, err := g.procs()
 		if err != nil {
 			return err
 		}
 		return killPids(pids)
 	}
-	if err := g.freeze("FROZEN"); err != nil {
-		return errors.Join(err, g.freeze("THAWED"))
+	// The library's Freeze and Thaw wait until freezer.state reports
+	// the state.
+	if err := g.cg.Freeze(); err != nil {
+		return errors.Join(fmt.Errorf("freeze: %w", err), g.thaw())
 	}
 	pids, err := g.procs()
 	if err == nil {
 		err = killPids(pids)
 	}
-	return errors.Join(err, g.freeze("THAWED"))
+	return errors.Join(err, g.thaw())
 }
 
-func (g *v1) freeze(state string) error {
-	d := g.ctrl["freezer"]
-	if err := writeFile(filepath.Join(d, "freezer.state"), state); err != nil {
-		return fmt.Errorf("set freezer.state to %s: %w", state, err)
+func (g *v1) thaw() error {
+	if err := g.cg.Thaw(); err != nil {
+		return fmt.Errorf("thaw: %w", err)
 	}
-	return waitFor("set freezer.state of "+d+" to "+state, func() (bool, error) {
-		b, err := os.ReadFile(filepath.Join(d, "freezer.state"))
-		if err != nil {
-			return false, err
-		}
-		return strings.TrimSpace(string(b)) == state, nil
-	})
+	return nil
+}
+
+// remove deletes the group's directory in every hierarchy (the library
+// retries while the kernel reports it busy).
+func (g *v1) remove() error {
+	if g.cg == nil {
+		return nil
+	}
+	err := g.cg.Delete()
+	if errors.Is(err, cgroup1.ErrCgroupDeleted) {
+		return nil
+	}
+	return err
 }

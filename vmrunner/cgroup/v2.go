@@ -3,105 +3,99 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
+	"sort"
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
 )
 
-// v2 is a group in the unified hierarchy mounted at mount.
+// v2 is a group in the unified hierarchy mounted at mount, handled by the
+// library's cgroup2.Manager.
 type v2 struct {
 	mount string
 	rel   string
+	m     *cgroup2.Manager
 }
 
-// controllersV2 are the controllers a group enables in its ancestors.
-// Memory, pids and cpu are always on, so that Usage can read their figures
-// even without a limit; io only when throttling.
-func controllersV2(l Limits) []string {
-	c := []string{"memory", "pids", "cpu"}
-	if l.IOReadBps > 0 || l.IOWriteBps > 0 {
-		c = append(c, "io")
+// resourcesV2 are the cgroup2 resources that hold a group to l. Memory,
+// pids and cpu are always present, even without a limit, so that the
+// manager enables those controllers in the ancestors and Usage can read
+// their figures; io only when throttling. memory.swap.max is set by newV2
+// once it knows the kernel accounts swap.
+func resourcesV2(l Limits) *cgroup2.Resources {
+	r := &cgroup2.Resources{
+		Memory: &cgroup2.Memory{},
+		Pids:   &cgroup2.Pids{Max: l.PIDs},
+		CPU:    &cgroup2.CPU{},
 	}
-	return c
-}
-
-// valuesV2 are the files and values that hold a v2 group to l, in the
-// order they are written. memory.swap.max is added by newV2 when the kernel
-// accounts swap.
-func valuesV2(l Limits) []value {
-	var v []value
 	if l.MemoryBytes > 0 {
-		v = append(v, value{"memory.max", fmt.Sprint(l.MemoryBytes)})
-	}
-	if l.PIDs > 0 {
-		v = append(v, value{"pids.max", fmt.Sprint(l.PIDs)})
+		m := l.MemoryBytes
+		r.Memory.Max = &m
 	}
 	if l.VCPU > 0 {
-		period := CPUPeriod.Microseconds()
-		v = append(v, value{"cpu.max", fmt.Sprintf("%d %d", int64(l.VCPU)*period, period)})
+		period := uint64(CPUPeriod.Microseconds())
+		quota := int64(l.VCPU) * int64(period)
+		r.CPU.Max = cgroup2.NewCPUMax(&quota, &period)
 	}
 	if l.IOReadBps > 0 || l.IOWriteBps > 0 {
+		r.IO = &cgroup2.IO{}
 		for _, d := range l.IODevices {
-			line := d.String()
 			if l.IOReadBps > 0 {
-				line += fmt.Sprintf(" rbps=%d", l.IOReadBps)
+				r.IO.Max = append(r.IO.Max, cgroup2.Entry{Type: cgroup2.ReadBPS, Major: d.Major, Minor: d.Minor, Rate: uint64(l.IOReadBps)})
 			}
 			if l.IOWriteBps > 0 {
-				line += fmt.Sprintf(" wbps=%d", l.IOWriteBps)
+				r.IO.Max = append(r.IO.Max, cgroup2.Entry{Type: cgroup2.WriteBPS, Major: d.Major, Minor: d.Minor, Rate: uint64(l.IOWriteBps)})
 			}
-			v = append(v, value{"io.max", line})
 		}
 	}
-	return v
+	return r
 }
 
-// value is one write of a control file.
-type value struct{ file, data string }
-
 func newV2(mount, rel string, l Limits) (*v2, error) {
-	g := &v2{mount: mount, rel: rel}
-	ctrls := controllersV2(l)
+	res := resourcesV2(l)
+	ctrls := res.EnabledControllers()
 	if !hasControllers(mount, ctrls...) {
 		return nil, fmt.Errorf("the cgroup2 hierarchy at %s does not offer all of %v (see %s/cgroup.controllers)", mount, ctrls, mount)
 	}
-	// Enable the controllers for the children of every ancestor, creating
-	// the ancestors below the mount as needed (the root is exempt from the
-	// no-internal-processes rule; our own ancestors hold no processes).
-	enable := "+" + strings.Join(ctrls, " +")
-	dir := mount
-	for _, part := range strings.Split(strings.TrimPrefix(rel, "/"), "/") {
-		if err := writeFile(filepath.Join(dir, "cgroup.subtree_control"), enable); err != nil {
-			return nil, fmt.Errorf("enable %s in %s: %w", enable, dir, err)
-		}
-		dir = filepath.Join(dir, part)
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return nil, err
-		}
+	// NewManager creates the group, enables the controllers in every
+	// ancestor's cgroup.subtree_control and writes the limits.
+	m, err := cgroup2.NewManager(mount, rel, res)
+	if err != nil {
+		return nil, err
 	}
-	vals := valuesV2(l)
-	if l.MemoryBytes > 0 && exists(filepath.Join(dir, "memory.swap.max")) {
-		vals = append(vals, value{"memory.swap.max", "0"})
-	}
-	for _, v := range vals {
-		if err := writeFile(filepath.Join(dir, v.file), v.data); err != nil {
-			return nil, fmt.Errorf("set %s to %q: %w", v.file, v.data, err)
+	g := &v2{mount: mount, rel: rel, m: m}
+	// No swap on top of memory.max, where the kernel accounts swap: the
+	// library has no API that says whether it does, so look for the file.
+	if l.MemoryBytes > 0 && exists(filepath.Join(g.dir(), "memory.swap.max")) {
+		zero := int64(0)
+		if err := m.Update(&cgroup2.Resources{Memory: &cgroup2.Memory{Swap: &zero}}); err != nil {
+			return nil, fmt.Errorf("set memory.swap.max to 0: %w", err)
 		}
 	}
 	return g, nil
+}
+
+func openV2(mount, rel string) (*v2, error) {
+	m, err := cgroup2.Load(rel, cgroup2.WithMountpoint(mount))
+	if err != nil {
+		return nil, err
+	}
+	return &v2{mount: mount, rel: rel, m: m}, nil
 }
 
 func (g *v2) version() string { return "v2" }
 func (g *v2) dir() string     { return filepath.Join(g.mount, g.rel) }
 func (g *v2) dirs() []string  { return []string{g.dir()} }
 
-func (g *v2) add(pid int) error {
-	return writeFile(filepath.Join(g.dir(), "cgroup.procs"), fmt.Sprint(pid))
-}
+func (g *v2) add(pid int) error { return g.m.AddProc(uint64(pid)) }
 
+// fd opens the group's directory for clone3's CLONE_INTO_CGROUP; the
+// library has no API for that descriptor.
 func (g *v2) fd() (*os.File, error) {
 	fd, err := unix.Open(g.dir(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -110,76 +104,71 @@ func (g *v2) fd() (*os.File, error) {
 	return os.NewFile(uintptr(fd), g.dir()), nil
 }
 
-func (g *v2) procs() ([]int, error) { return unionProcs(g.dirs()) }
+func (g *v2) procs() ([]int, error) {
+	ps, err := g.m.Procs(false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, int(p))
+	}
+	sort.Ints(out)
+	return out, nil
+}
 
 func (g *v2) usage() (vmrunner.Usage, int64, error) {
 	var u vmrunner.Usage
-	d := g.dir()
-	var err error
-	// memory.peak is Linux 5.19+; before it only the current figure exists.
-	if u.PeakMemoryBytes, err = readIntFirst(d, "memory.peak", "memory.current"); err != nil {
-		return u, 0, err
-	}
-	cpu, err := readKV(filepath.Join(d, "cpu.stat"))
+	m, err := g.m.StatFiltered(cgroup2.StatPids | cgroup2.StatCPU | cgroup2.StatMemory | cgroup2.StatMemoryEvents)
 	if err != nil {
 		return u, 0, err
 	}
-	u.CPUTime = time.Duration(cpu["usage_usec"]) * time.Microsecond
-	u.ThrottledTime = time.Duration(cpu["throttled_usec"]) * time.Microsecond
-	ev, err := readKV(filepath.Join(d, "memory.events"))
-	if err != nil {
-		return u, 0, err
+	if m.Memory != nil {
+		// memory.peak is Linux 5.19+ (0 when missing); before it only
+		// memory.current exists.
+		u.PeakMemoryBytes = int64(m.Memory.MaxUsage)
+		if u.PeakMemoryBytes == 0 {
+			u.PeakMemoryBytes = int64(m.Memory.Usage)
+		}
 	}
-	u.OOMKills = ev["oom_kill"]
-	cur, err := readInt(filepath.Join(d, "pids.current"))
-	if err != nil {
-		return u, 0, err
+	if m.CPU != nil {
+		u.CPUTime = time.Duration(m.CPU.UsageUsec) * time.Microsecond
+		u.ThrottledTime = time.Duration(m.CPU.ThrottledUsec) * time.Microsecond
 	}
-	// pids.peak is a recent addition; without it Group.Usage tracks the
-	// highest pids.current it saw.
-	if peak, err := readInt(filepath.Join(d, "pids.peak")); err == nil {
+	if m.MemoryEvents != nil {
+		u.OOMKills = int64(m.MemoryEvents.OomKill)
+	}
+	var cur int64
+	if m.Pids != nil {
+		cur = int64(m.Pids.Current)
+	}
+	// pids.peak (Linux 6.1+) is not in the library's PidsStat: read it
+	// directly. Without it Group.Usage tracks the highest pids.current.
+	if peak, err := readInt(filepath.Join(g.dir(), "pids.peak")); err == nil {
 		u.PidsPeak = peak
-	} else if !errors.Is(err, os.ErrNotExist) {
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		return u, 0, err
 	}
 	return u, cur, nil
 }
 
-// kill writes cgroup.kill (Linux 5.14+), or else freezes, signals and thaws.
+// kill is the library's Kill: cgroup.kill (Linux 5.14+), or else freeze,
+// SIGKILL every process and thaw.
 func (g *v2) kill() error {
-	d := g.dir()
-	if !exists(d) {
+	if !exists(g.dir()) {
 		return nil
 	}
-	if p := filepath.Join(d, "cgroup.kill"); exists(p) {
-		return writeFile(p, "1")
-	}
-	if err := g.freeze("1"); err != nil {
-		return errors.Join(err, g.freeze("0"))
-	}
-	pids, err := g.procs()
-	if err == nil {
-		err = killPids(pids)
-	}
-	return errors.Join(err, g.freeze("0"))
+	return g.m.Kill()
 }
 
-// freeze sets cgroup.freeze and waits until cgroup.events reports it.
-func (g *v2) freeze(state string) error {
-	d := g.dir()
-	if err := writeFile(filepath.Join(d, "cgroup.freeze"), state); err != nil {
-		return fmt.Errorf("set cgroup.freeze to %s: %w", state, err)
+// remove is the library's Delete: it refuses while processes are left and
+// retries while the kernel reports the directory busy.
+func (g *v2) remove() error {
+	if !exists(g.dir()) {
+		return nil
 	}
-	return waitFor("freeze "+d, func() (bool, error) {
-		ev, err := os.ReadFile(filepath.Join(d, "cgroup.events"))
-		if err != nil {
-			return false, err
-		}
-		for _, line := range strings.Split(string(ev), "\n") {
-			if line == "frozen "+state {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	return g.m.Delete()
 }
