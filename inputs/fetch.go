@@ -57,6 +57,10 @@ type Limits struct {
 	MaxFiles int
 }
 
+// ErrChecksum marks an input whose content does not match its pin: the
+// workflow (or the source) is wrong, not the machine.
+var ErrChecksum = errors.New("checksum mismatch")
+
 // DefaultLimits: 4 GiB downloads, 16 GiB and 100000 entries unpacked.
 var DefaultLimits = Limits{MaxDownload: 4 << 30, MaxBytes: 16 << 30, MaxFiles: 100_000}
 
@@ -272,7 +276,7 @@ func (f *Fetcher) viaGetter(ctx context.Context, in workflow.Input, src string, 
 	}
 	if pinned && got != want {
 		os.RemoveAll(stage)
-		return Fetched{}, fmt.Errorf("checksum mismatch for %s: expected sha256 %s, got %s; the downloaded file was removed (fix the input's sha256 if the source changed on purpose)", src, want.Hex(), got.Hex())
+		return Fetched{}, fmt.Errorf("%w for %s: expected sha256 %s, got %s; the downloaded file was removed (fix the input's sha256 if the source changed on purpose)", ErrChecksum, src, want.Hex(), got.Hex())
 	}
 	fh, err := os.Open(dl)
 	if err != nil {

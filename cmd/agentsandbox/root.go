@@ -52,6 +52,7 @@ leaves a content-addressed record of what ran.` + exitStatusHelp,
 		newRenderCmd(stdio),
 		newValidateCmd(stdio), newPlanCmd(stdio), newSchemaCmd(stdio),
 		newPolicyCmd(stdio),
+		newApplyCmd(stdio), newRecordsCmd(stdio), newGCCmd(stdio),
 	)
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentsandbox/agentsandbox/vmrunner/namespace"
+	"github.com/agentsandbox/agentsandbox/vmrunner/pipeline"
+)
+
+type gcOptions struct {
+	StateDir string
+}
+
+func newGCCmd(stdio Stdio) *cobra.Command {
+	var opts gcOptions
+	return &cobra.Command{
+		Use:   "gc",
+		Short: "Remove what applies killed with SIGKILL left behind",
+		Long: `gc removes the cgroups, network namespaces, jail directories and run
+directories of applies that are no longer running (killed with SIGKILL, or a
+crash). Each apply lists what it creates in a state file before creating it;
+runs still alive are left alone. Directories are never removed through a
+mount.` + exitStatusHelp,
+		Example: "  agentsandbox gc",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runGC(cmd.Context(), stdio, opts)
+		},
+	}
+}
+
+func runGC(_ context.Context, stdio Stdio, opts gcOptions) error {
+	removed, err := namespace.GC("")
+	store, serr := openStore(opts.StateDir)
+	if serr != nil {
+		return errors.Join(err, serr)
+	}
+	runs, rerr := pipeline.GCRuns(filepath.Join(store.Dir(), "runs"))
+	removed = append(removed, runs...)
+	for _, r := range removed {
+		fmt.Fprintf(stdio.Out, "removed %s\n", r)
+	}
+	if len(removed) == 0 {
+		fmt.Fprintln(stdio.Out, "nothing to remove")
+	}
+	if err := errors.Join(err, rerr); err != nil {
+		return withExit(ExitInfra, err)
+	}
+	return nil
+}

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentsandbox/agentsandbox/record"
+)
+
+type recordsOptions struct {
+	StateDir string
+	JSON     bool
+	To       string
+}
+
+func newRecordsCmd(stdio Stdio) *cobra.Command {
+	var opts recordsOptions
+	cmd := &cobra.Command{
+		Use:   "records",
+		Short: "List, show, verify and export execution records",
+		Long: `Every apply writes an execution record: canonical JSON whose id is its sha256
+in Nix base32. IDs may be abbreviated to a unique prefix, like git's.` + exitStatusHelp,
+		Example: `  agentsandbox records list
+  agentsandbox records show 1b9x
+  agentsandbox records verify 1b9x
+  agentsandbox records export 1b9x --to out/`,
+	}
+	cmd.PersistentFlags().StringVar(&opts.StateDir, "state-dir", "", "where records and blobs live (default $XDG_STATE_HOME/agentsandbox, /var/lib/agentsandbox for root)")
+	list := &cobra.Command{
+		Use: "list", Short: "List runs, newest first", Args: cobra.NoArgs,
+		Example: "  agentsandbox records list",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRecordsList(cmd.Context(), stdio, opts)
+		},
+	}
+	show := &cobra.Command{
+		Use: "show ID", Short: "Print a summary of a record (--json: the record itself)", Args: cobra.ExactArgs(1),
+		Example: "  agentsandbox records show 1b9x\n  agentsandbox records show --json 1b9x",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRecordsShow(cmd.Context(), stdio, opts, args)
+		},
+	}
+	show.Flags().BoolVar(&opts.JSON, "json", false, "print the canonical record")
+	verify := &cobra.Command{
+		Use: "verify ID", Short: "Re-hash a record and every blob it references", Args: cobra.ExactArgs(1),
+		Long: `verify re-hashes the record and every blob it references (workflow file,
+inputs, job specs, logs, outputs) and names each mismatch. Exit status 1 when
+anything differs.` + exitStatusHelp,
+		Example: "  agentsandbox records verify 1b9x",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRecordsVerify(cmd.Context(), stdio, opts, args)
+		},
+	}
+	export := &cobra.Command{
+		Use: "export ID --to DIR", Short: "Restore a run's outputs from their NARs into DIR/STEP/PATH", Args: cobra.ExactArgs(1),
+		Example: "  agentsandbox records export 1b9x --to out/\n  nix hash path out/train/model.bin   # equals the record's narHash",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRecordsExport(cmd.Context(), stdio, opts, args)
+		},
+	}
+	export.Flags().StringVar(&opts.To, "to", "", "directory to restore into (required)")
+	_ = export.MarkFlagRequired("to")
+	for _, c := range []*cobra.Command{list, show, verify, export} {
+		c.Args = wrapArgs(c.Args)
+	}
+	cmd.AddCommand(list, show, verify, export)
+	return cmd
+}
+
+func resolveRecord(opts recordsOptions, prefix string) (*record.Store, record.ID, error) {
+	s, err := openStore(opts.StateDir)
+	if err != nil {
+		return nil, record.ID{}, err
+	}
+	id, err := s.Resolve(prefix)
+	if err != nil {
+		return nil, id, withExit(ExitInvalid, err)
+	}
+	return s, id, nil
+}
+
+func runRecordsList(_ context.Context, stdio Stdio, opts recordsOptions) error {
+	s, err := openStore(opts.StateDir)
+	if err != nil {
+		return err
+	}
+	list, err := s.List()
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tWORKFLOW\tSTATUS\tSTARTED\tDURATION")
+	for _, r := range list {
+		if r.Problem != "" {
+			fmt.Fprintf(tw, "%s\t-\tunreadable: %s\t-\t-\n", r.ID, r.Problem)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Workflow, r.Status,
+			r.Started.Local().Format(time.DateTime), r.Duration.Round(time.Millisecond))
+	}
+	return tw.Flush()
+}
+
+func runRecordsShow(_ context.Context, stdio Stdio, opts recordsOptions, args []string) error {
+	s, id, err := resolveRecord(opts, args[0])
+	if err != nil {
+		return err
+	}
+	if opts.JSON {
+		raw, err := s.GetRaw(id)
+		if err != nil {
+			return withExit(ExitStepFailed, err)
+		}
+		if _, err := s.Get(id); err != nil { // verify before printing
+			return withExit(ExitStepFailed, err)
+		}
+		_, err = fmt.Fprintf(stdio.Out, "%s\n", raw)
+		return err
+	}
+	r, err := s.Get(id)
+	if err != nil {
+		return withExit(ExitStepFailed, err)
+	}
+	out := stdio.Out
+	fmt.Fprintf(out, "record    %s\n", id)
+	fmt.Fprintf(out, "workflow  %s (canonical %s, file %s)\n", r.Workflow.Name, r.Workflow.CanonicalHash, r.Workflow.FileDigest)
+	fmt.Fprintf(out, "status    %s", r.Status)
+	if r.Error != "" {
+		fmt.Fprintf(out, ": %s", r.Error)
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintf(out, "started   %s (%s)\n", r.Started.Local().Format(time.RFC3339), r.Duration().Round(time.Millisecond))
+	fmt.Fprintf(out, "tool      agentsandbox %s on %s/%s, kernel %s, cgroup %s, kvm usable %v\n",
+		r.ToolVersion, "linux", r.Host.Arch, r.Host.Kernel, r.Host.CgroupMode, r.Host.KVMUsable)
+	if r.Parent != nil {
+		fmt.Fprintf(out, "parent    %s\n", r.Parent)
+	}
+	if r.Policy != nil {
+		fmt.Fprintf(out, "policy    decision %s, bundle %s, %d warnings\n", r.Policy.DecisionID, r.Policy.BundleDigest, len(r.Policy.Warn))
+	}
+	for _, in := range r.Inputs {
+		fmt.Fprintf(out, "input     %s %s %s\n", in.Name, in.Digest, in.Source)
+	}
+	for _, st := range r.Steps {
+		fmt.Fprintf(out, "\nstep %s: %s", st.Name, st.Status)
+		if st.Detail != "" {
+			fmt.Fprintf(out, " (%s)", st.Detail)
+		}
+		fmt.Fprintln(out)
+		if st.Status == record.StatusSkipped {
+			continue
+		}
+		fmt.Fprintf(out, "  isolation %s", isoLabel(st))
+		fmt.Fprintf(out, ", exit %d", st.ExitCode)
+		if st.Signal != "" {
+			fmt.Fprintf(out, ", signal %s", st.Signal)
+		}
+		fmt.Fprintf(out, ", %s\n", st.Finished.Sub(st.Started).Round(time.Millisecond))
+		fmt.Fprintf(out, "  usage     peak memory %s, cpu %s, pids peak %d, oom kills %d, throttled %s\n",
+			humanBytes(st.Usage.PeakMemoryBytes), time.Duration(st.Usage.CPUTimeNs).Round(time.Millisecond),
+			st.Usage.PidsPeak, st.Usage.OOMKills, time.Duration(st.Usage.ThrottledNs).Round(time.Millisecond))
+		if len(st.Closure) > 0 {
+			fmt.Fprintf(out, "  closure   %d store paths\n", len(st.Closure))
+		} else if st.HostRoot != nil {
+			fmt.Fprintf(out, "  host root %s\n", st.HostRoot)
+		}
+		fmt.Fprintf(out, "  logs      stdout %s, stderr %s\n", st.Logs.Stdout, st.Logs.Stderr)
+		for _, o := range st.Outputs {
+			fmt.Fprintf(out, "  output    %s %s (%d bytes of NAR)\n", o.Path, o.NarHash, o.NarSize)
+		}
+	}
+	return nil
+}
+
+func runRecordsVerify(_ context.Context, stdio Stdio, opts recordsOptions, args []string) error {
+	s, id, err := resolveRecord(opts, args[0])
+	if err != nil {
+		return err
+	}
+	problems, err := s.Verify(id)
+	if err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintf(stdio.Err, "mismatch: %s\n", p)
+		}
+		return withExit(ExitStepFailed, fmt.Errorf("record %s: %d problems", id, len(problems)))
+	}
+	_, err = fmt.Fprintf(stdio.Out, "%s: ok\n", id)
+	return err
+}
+
+func runRecordsExport(_ context.Context, stdio Stdio, opts recordsOptions, args []string) error {
+	s, id, err := resolveRecord(opts, args[0])
+	if err != nil {
+		return err
+	}
+	paths, err := s.Export(id, opts.To)
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		fmt.Fprintln(stdio.Out, p)
+	}
+	return nil
+}

@@ -1,0 +1,62 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+)
+
+// KVMProbe reports whether a guest really runs under KVM, and why not.
+type KVMProbe func(ctx context.Context) (usable bool, reason string)
+
+// ProbeHost gathers the host facts apply and policy need. kvm may be nil,
+// which reports KVM as unusable without trying (validate and plan use that
+// to stay fast when no cached probe exists).
+func ProbeHost(ctx context.Context, kvm KVMProbe) Host {
+	h := Host{
+		Arch:       runtime.GOARCH,
+		Kernel:     kernelRelease(),
+		CgroupMode: cgroup.Mode(),
+		UID:        os.Getuid(),
+		Root:       os.Geteuid() == 0,
+	}
+	if p, err := exec.LookPath("nix"); err == nil {
+		h.Nix = true
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		out, err := exec.CommandContext(ctx, p, "--version").Output()
+		cancel()
+		if err == nil {
+			h.NixVersion = strings.TrimSpace(string(out))
+		}
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err == nil {
+		h.QEMU = true
+	}
+	h.KVMReason = "not probed"
+	if kvm != nil {
+		h.KVMUsable, h.KVMReason = kvm(ctx)
+	}
+	return h
+}
+
+func kernelRelease() string {
+	var u syscall.Utsname
+	if err := syscall.Uname(&u); err != nil {
+		return ""
+	}
+	b := make([]byte, 0, len(u.Release))
+	for _, c := range u.Release {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	return string(bytes.TrimSpace(b))
+}

@@ -1,0 +1,187 @@
+package pipeline
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/policy"
+	"github.com/agentsandbox/agentsandbox/record"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+// resolve fixes each step's isolation: the override, else the step's own;
+// auto becomes vm where Nix and a working KVM are present (and nixpkgs is
+// pinned, since a VM is a NixOS system), else namespace. Egress is refused
+// here, before anything runs: the allowlist is not implemented yet, and a
+// step must never get open network by accident.
+func resolve(w *workflow.Workflow, o Options) ([]workflow.Step, error) {
+	steps := make([]workflow.Step, len(w.Steps))
+	for i, s := range w.Steps {
+		iso := s.Isolation
+		if o.Isolation != "" {
+			iso = o.Isolation
+		}
+		if iso == workflow.IsolationAuto || iso == "" {
+			iso = workflow.IsolationNamespace
+			if o.Host.Nix && o.Host.KVMUsable && w.Nixpkgs != nil && o.Backends[workflow.IsolationVM] != nil {
+				iso = workflow.IsolationVM
+			}
+		}
+		s.Isolation = iso
+		if s.Network.HasEgress() {
+			return nil, fmt.Errorf("step %q: network.allow %q: network egress is not supported yet; use network: none (loopback only): %w", s.Name, s.Network.Allow, ErrUnsupported)
+		}
+		if iso == workflow.IsolationNamespace && len(s.Packages) > 0 && !o.Host.Nix {
+			return nil, fmt.Errorf("step %q lists packages %q, which need Nix, and Nix is not installed: %w", s.Name, s.Packages, ErrNoNix)
+		}
+		if o.Backends[iso] == nil {
+			return nil, fmt.Errorf("step %q: %s isolation is not available on this host%s", s.Name, iso, o.Host.why(iso))
+		}
+		steps[i] = s
+	}
+	return steps, nil
+}
+
+// ErrUnsupported marks a request the runner does not support yet.
+var ErrUnsupported = errors.New("not supported yet")
+
+func runStatus(steps []record.Step, err error) record.Status {
+	if err != nil {
+		return record.StatusError
+	}
+	for _, s := range steps {
+		if s.Status != record.StatusSucceeded {
+			return record.StatusFailed
+		}
+	}
+	return record.StatusSucceeded
+}
+
+// stepRecords lists every step of the run in workflow order: those that ran
+// with their figures, the others as skipped.
+func (r *run) stepRecords(outcomes []vmrunner.Outcome) []record.Step {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []record.Step
+	for _, s := range r.steps {
+		if sr := r.records[s.Name]; sr != nil {
+			out = append(out, *sr)
+			continue
+		}
+		rs := record.Step{Name: s.Name, Isolation: string(s.Isolation), Status: record.StatusSkipped, ExitCode: -1}
+		for _, oc := range outcomes {
+			if oc.Step == s.Name {
+				rs.Detail = oc.Skipped
+				if oc.Ran { // ran but stopped by an infrastructure error
+					rs.Status, rs.Detail = record.StatusError, "the step's sandbox failed"
+				}
+			}
+		}
+		out = append(out, rs)
+	}
+	return out
+}
+
+// fillStep copies the backend's result into the step record.
+func fillStep(sr *record.Step, res *vmrunner.StepResult) {
+	sr.Isolation = string(res.Isolation)
+	sr.Hypervisor = string(res.Hypervisor)
+	sr.Accel = res.Accel
+	sr.Started, sr.Finished = res.Started.UTC(), res.Finished.UTC()
+	sr.Status = record.Status(res.Status)
+	sr.ExitCode = -1
+	if res.HasResult {
+		sr.ExitCode = res.Result.ExitCode
+		sr.Signal = res.Result.Signal
+	}
+	sr.TimedOut = res.Status == vmrunner.StatusTimeout
+	sr.OOM = res.Status == vmrunner.StatusOOM || res.Usage.OOMKills > 0
+	sr.Detail = res.Detail
+	if sr.Detail == "" && res.HasResult {
+		sr.Detail = res.Result.Error
+	}
+	sr.Usage = record.Usage{
+		PeakMemoryBytes: res.Usage.PeakMemoryBytes,
+		CPUTimeNs:       res.Usage.CPUTime.Nanoseconds(),
+		PidsPeak:        res.Usage.PidsPeak,
+		OOMKills:        res.Usage.OOMKills,
+		ThrottledNs:     res.Usage.ThrottledTime.Nanoseconds(),
+	}
+}
+
+func policyRecord(d *policy.Decision) *record.Policy {
+	return &record.Policy{
+		DecisionID:   d.ID.String(),
+		BundleDigest: d.BundleDigest.String(),
+		InputDigest:  d.InputDigest.String(),
+		Allowed:      d.Allowed(),
+		Deny:         nonNil(d.Deny),
+		Warn:         nonNil(d.Warn),
+		EvalTimeNs:   d.EvalTime.Nanoseconds(),
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func storePaths(c []record.StorePath) []string {
+	var out []string
+	for _, p := range c {
+		out = append(out, p.Path)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// hostRootFingerprint pins the host root a namespace step ran on when there
+// is no Nix closure: the sha256 over the OS release and the package
+// database, which change whenever what is under /usr changes by package.
+// Files changed by hand outside the package manager are not covered; the
+// record documents that (docs/records.md).
+func hostRootFingerprint() (record.Digest, error) {
+	h := sha256.New()
+	for _, p := range []string{"/etc/os-release", "/var/lib/dpkg/status", "/lib/apk/db/installed", "/var/lib/rpm/rpmdb.sqlite"} {
+		f, err := os.Open(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return record.Digest{}, fmt.Errorf("fingerprint host root: %w", err)
+		}
+		fmt.Fprintf(h, "%s\x00", p)
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return record.Digest{}, fmt.Errorf("fingerprint host root: %w", err)
+		}
+	}
+	var d record.Digest
+	copy(d[:], h.Sum(nil))
+	return d, nil
+}
+
+func encodeJob(j guest.Job) ([]byte, error) {
+	b, err := json.MarshalIndent(j, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode job: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+
+func indexByte(b []byte, c byte) int { return bytes.IndexByte(b, c) }
+
+func trimCR(b []byte) []byte { return bytes.TrimSuffix(b, []byte("\r")) }

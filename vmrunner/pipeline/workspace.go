@@ -1,0 +1,190 @@
+package pipeline
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/record"
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+// stepDirs are a step's host directories inside the run directory.
+type stepDirs struct {
+	Workspace string // mounted read-write at /workspace
+	Control   string // job.json, result.json, logs
+}
+
+func newStepDirs(runDir, step string) (stepDirs, error) {
+	d := stepDirs{
+		Workspace: filepath.Join(runDir, "steps", step, "workspace"),
+		Control:   filepath.Join(runDir, "steps", step, "control"),
+	}
+	for _, p := range []string{d.Workspace, d.Control} {
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			return d, fmt.Errorf("create step directory: %w", err)
+		}
+	}
+	return d, nil
+}
+
+// placement is one thing copied into a workspace before the step runs.
+type placement struct {
+	From string // host path
+	To   string // workspace-relative path
+	What string // for errors: `input "data"` or `output "model.bin" of step "train"`
+	// Digest is what the record pins for it: the input's digest, or the
+	// NAR hash of the needed step's output.
+	Digest record.Digest
+}
+
+// placements lists what step's workspace receives: its declared inputs and
+// the declared outputs of the steps it needs, nothing else. Two sources
+// landing on one path is an error the user must fix in the workflow.
+//
+// digests holds "input:NAME" and "output:STEP:PATH" keys.
+func placements(step workflow.Step, inputDirs map[string]string, inputs map[string]workflow.Input, needWorkspaces map[string]string, steps map[string]workflow.Step, digests map[string]record.Digest) ([]placement, error) {
+	var ps []placement
+	for _, name := range step.Inputs {
+		in, ok := inputs[name]
+		if !ok {
+			return nil, fmt.Errorf("step %q: input %q is not declared", step.Name, name)
+		}
+		ps = append(ps, placement{From: inputDirs[name], To: in.Dest, What: fmt.Sprintf("input %q", name), Digest: digests["input:"+name]})
+	}
+	for _, need := range step.Needs {
+		for _, out := range steps[need].Outputs {
+			ps = append(ps, placement{
+				From:   filepath.Join(needWorkspaces[need], filepath.FromSlash(out)),
+				To:     out,
+				What:   fmt.Sprintf("output %q of step %q", out, need),
+				Digest: digests["output:"+need+":"+out],
+			})
+		}
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i].To < ps[j].To })
+	for i := 1; i < len(ps); i++ {
+		a, b := ps[i-1], ps[i]
+		if a.To == b.To || strings.HasPrefix(b.To, a.To+"/") {
+			return nil, fmt.Errorf("step %q: %s and %s both land at %q in the workspace: give one of them another dest or path", step.Name, a.What, b.What, b.To)
+		}
+	}
+	return ps, nil
+}
+
+// assemble copies the placements into the workspace and gives the whole tree
+// to the job's user, so the job can read and write it.
+func assemble(ws string, ps []placement, uid, gid int) error {
+	for _, p := range ps {
+		dst := filepath.Join(ws, filepath.FromSlash(p.To))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return fmt.Errorf("place %s: %w", p.What, err)
+		}
+		if err := copyTree(p.From, dst); err != nil {
+			return fmt.Errorf("place %s at %q: %w", p.What, p.To, err)
+		}
+	}
+	if os.Geteuid() != 0 {
+		return nil // an unprivileged caller runs jobs as itself
+	}
+	return filepath.WalkDir(ws, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, uid, gid)
+	})
+}
+
+// copyTree copies a file, symlink or directory tree from src to dst,
+// keeping permission bits and symlinks as they are.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, info.Mode().Perm()|0o700)
+		case d.Type()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(link, target)
+		case d.Type().IsRegular():
+			return copyFile(path, target, info.Mode().Perm())
+		default:
+			return fmt.Errorf("%s: not a regular file, directory or symlink", path)
+		}
+	})
+}
+
+func copyFile(src, dst string, perm fs.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// jobFor builds the job the agent runs for step: the run script under
+// sh (from PATH) in /workspace, as the unprivileged job user, with exactly the
+// step's environment on top of a small fixed base.
+func jobFor(step workflow.Step, envPath string) guest.Job {
+	path := "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+	if envPath != "" {
+		path = envPath + "/bin:" + path
+	}
+	env := map[string]string{
+		"PATH":              path,
+		"HOME":              "/tmp",
+		"TMPDIR":            "/tmp",
+		"LANG":              "C.UTF-8",
+		"AGENTSANDBOX_STEP": step.Name,
+	}
+	for k, v := range step.Env {
+		env[k] = v
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	list := make([]string, 0, len(keys))
+	for _, k := range keys {
+		list = append(list, k+"="+env[k])
+	}
+	return guest.Job{
+		Version:   guest.ProtocolVersion,
+		Step:      step.Name,
+		Command:   []string{"sh", "-c", step.Run}, // sh from PATH: the host's, or the step env's shell
+		Env:       list,
+		Workdir:   guest.WorkspaceMount,
+		UID:       guest.DefaultUID,
+		GID:       guest.DefaultGID,
+		TimeoutMS: step.Resources.TimeoutMS,
+	}
+}
