@@ -515,7 +515,7 @@ func (c *consoleWatch) state() (panicked, started bool) {
 // sees into the step's result.
 func (b *Backend) wait(ctx context.Context, r *run, ri RunnerInfo, spec vmrunner.StepSpec, con *consoleWatch, res vmrunner.StepResult) (vmrunner.StepResult, error) {
 	var deadline <-chan time.Time
-	if ms := job(spec).TimeoutMS; ms > 0 {
+	if ms := hostTimeoutMS(spec); ms > 0 {
 		t := time.NewTimer(time.Duration(ms)*time.Millisecond + guest.KillGrace + b.opts.BootAllowance)
 		defer t.Stop()
 		deadline = t.C
@@ -558,7 +558,7 @@ loop:
 		res.Detail = fmt.Sprintf("the hypervisor was killed for memory: %d OOM kill(s) at the %d-byte limit", usage.OOMKills, Limits(spec.Step.Resources).MemoryBytes)
 	case hostTimeout && !hasResult:
 		res.Status = vmrunner.StatusTimeout
-		res.Detail = fmt.Sprintf("the guest did not finish within its %d ms timeout plus %v for boot; the host stopped the VM", job(spec).TimeoutMS, b.opts.BootAllowance)
+		res.Detail = fmt.Sprintf("the guest did not finish within the step's %d ms timeout plus %v for boot; the host stopped the VM", hostTimeoutMS(spec), b.opts.BootAllowance)
 	case hasResult && result.TimedOut:
 		res.Status = vmrunner.StatusTimeout
 		res.Detail = fmt.Sprintf("ran past its %d ms timeout", job(spec).TimeoutMS)
@@ -582,6 +582,15 @@ loop:
 		}
 	}
 	return res, nil
+}
+
+// hostTimeoutMS is the timeout the host enforces: the step's, else the
+// job's. The agent enforces the job's inside the guest.
+func hostTimeoutMS(spec vmrunner.StepSpec) int64 {
+	if ms := spec.Step.Resources.TimeoutMS; ms > 0 {
+		return ms
+	}
+	return spec.Job.TimeoutMS
 }
 
 func exitText(err error) string {
