@@ -259,7 +259,7 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	}
 
 	cfg := jail.Config{
-		RootDir: root, Hostname: name, NetnsPath: r.ns.Path(),
+		RootDir: root, Hostname: hostname(name), NetnsPath: r.ns.Path(),
 		Workspace: spec.Workspace, ControlDir: spec.ControlDir,
 		ClosurePaths: spec.ClosurePaths, EnvPath: spec.EnvPath,
 		TmpBytes: spec.Step.Resources.Disk, Console: spec.Console,
@@ -279,10 +279,29 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 			return res, err
 		}
 	}
-	if err := r.proc.Release(); err != nil {
-		return res, err
+	// Setup is quick, but a bind of a hung file system is not: stay
+	// cancellable while the jail is being built.
+	released := make(chan error, 1)
+	go func() { released <- r.proc.Release() }()
+	select {
+	case err := <-released:
+		if err != nil {
+			return res, err
+		}
+	case <-ctx.Done():
+		r.killAll()
+		<-released
+		return res, ctx.Err()
 	}
 	return b.wait(ctx, r, spec, res)
+}
+
+// hostname is the step's name cut to the kernel's 64-byte limit.
+func hostname(step string) string {
+	if len(step) > 64 {
+		return step[:64]
+	}
+	return step
 }
 
 // prepareDirs makes the control directory root-only and gives the
