@@ -14,7 +14,8 @@ import (
 
 // planOptions are the flags of `agentsandbox plan`.
 type planOptions struct {
-	json bool
+	json   bool
+	policy policyOptions
 }
 
 func newPlanCmd(stdio Stdio) *cobra.Command {
@@ -27,10 +28,12 @@ steps of one wave need only earlier waves, so they may run in parallel),
 each step's vcpu, memory, pids, disk, timeout, bandwidth, network, isolation
 and hypervisor after defaults, and the workflow hash (sha256 of its
 canonical form). It runs nothing. With --json the same as one JSON object.
+The workflow must pass the policy first, as for validate and apply.
 
 Exit status:
-  0  the workflow is valid; the plan is printed
-  2  the workflow is invalid or cannot be read`,
+  0  the workflow is valid and allowed; the plan is printed
+  2  the workflow is invalid or cannot be read, or a policy source is broken
+  3  the policy denied the workflow`,
 		Example: `  agentsandbox plan examples/hello.yaml
   agentsandbox plan --json examples/ml-experiment.yaml | jq '.waves[][] .name'`,
 		Args: cobra.ExactArgs(1),
@@ -39,6 +42,7 @@ Exit status:
 		},
 	}
 	cmd.Flags().BoolVar(&opts.json, "json", false, "print the plan as JSON")
+	opts.policy.AddFlags(cmd.Flags())
 	return cmd
 }
 
@@ -63,12 +67,15 @@ type planStep struct {
 	Outputs    []string            `json:"outputs"`
 }
 
-func runPlan(_ context.Context, stdio Stdio, opts planOptions, args []string) error {
+func runPlan(ctx context.Context, stdio Stdio, opts planOptions, args []string) error {
 	path := args[0]
 	w, _, err := loadWorkflow(path)
 	if err != nil {
 		reportLoadError(stdio.Err, err)
 		return &silentError{code: exitCode(err)}
+	}
+	if _, err := admit(ctx, opts.policy, path, w, hostFacts(ctx), stdio.Err); err != nil {
+		return err
 	}
 	p := planJSON{File: path, Name: w.Name, Hash: w.Hash(), Nixpkgs: w.Nixpkgs, Waves: [][]planStep{}}
 	for _, wave := range w.Waves() {

@@ -50,8 +50,8 @@ func TestPlanJSON(t *testing.T) {
 		t.Fatalf("plan: %+v", p)
 	}
 	test := p.Waves[0][0]
-	if test.Resources.Bandwidth != 50e6 || test.Resources.Memory != 1<<30 || test.Isolation != workflow.IsolationNamespace ||
-		len(test.Network.Allow) != 3 || test.Network.Allow[0] != "proxy.golang.org:443" {
+	if test.Resources.Bandwidth != 50e6 || test.Resources.Memory != 1<<30 || test.Isolation != workflow.IsolationVM ||
+		len(test.Network.Allow) != 2 || test.Network.Allow[1] != "goproxy.corp.example:443" {
 		t.Errorf("test step: %+v", test)
 	}
 	if p.Hash.String() == "" || p.Nixpkgs == nil || p.Nixpkgs.Rev != "8f3e1f807051e32d8c95cd12b9b421623850a34d" {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentsandbox/agentsandbox/policy"
+	"github.com/agentsandbox/agentsandbox/record"
+	"github.com/agentsandbox/agentsandbox/vmrunner/pipeline"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -12,11 +15,13 @@ import (
 )
 
 // validateOptions are the flags of `agentsandbox validate` (none yet).
-type validateOptions struct{}
+type validateOptions struct {
+	Policy policyOptions
+}
 
 func newValidateCmd(stdio Stdio) *cobra.Command {
 	var opts validateOptions
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "validate FILE...",
 		Short: "Check workflow files and report every problem with FILE:LINE:COL",
 		Long: `validate parses each workflow file and checks it: unknown keys, wrong types,
@@ -25,9 +30,14 @@ inputs and their pins, outputs, network entries and the nixpkgs pin. It
 prints "FILE: ok" for a valid file and every problem of an invalid one, one
 "FILE:LINE:COL: message" line each.
 
+A valid workflow is then admitted by the policy (the built-in default, the
+folders given with --policy, and .agentsandbox/policy next to the workflow):
+every deny is listed and warnings are printed.
+
 Exit status:
-  0  every file is valid
-  2  a file is invalid or cannot be read`,
+  0  every file is valid and allowed
+  2  a file is invalid or cannot be read, or a policy source is broken
+  3  the policy denied a file`,
 		Example: `  agentsandbox validate examples/hello.yaml
   agentsandbox validate workflows/*.yaml`,
 		Args: cobra.MinimumNArgs(1),
@@ -35,22 +45,45 @@ Exit status:
 			return runValidate(cmd.Context(), stdio, opts, args)
 		},
 	}
+	opts.Policy.AddFlags(cmd.Flags())
+	return cmd
 }
 
-func runValidate(_ context.Context, stdio Stdio, _ validateOptions, args []string) error {
-	invalid := false
+func runValidate(ctx context.Context, stdio Stdio, opts validateOptions, args []string) error {
+	worst := ExitOK
+	var host *policy.Host
 	for _, path := range args {
-		if _, _, err := loadWorkflow(path); err != nil {
-			invalid = true
+		w, _, err := loadWorkflow(path)
+		if err != nil {
+			worst = max(worst, ExitInvalid)
 			reportLoadError(stdio.Err, err)
+			continue
+		}
+		if host == nil {
+			h := hostFacts(ctx)
+			host = &h
+		}
+		if _, err := admit(ctx, opts.Policy, path, w, *host, stdio.Err); err != nil {
+			worst = max(worst, exitCode(err))
+			fmt.Fprintf(stdio.Err, "%s: %v\n", path, err)
 			continue
 		}
 		fmt.Fprintf(stdio.Out, "%s: ok\n", path)
 	}
-	if invalid {
-		return &silentError{code: ExitInvalid}
+	if worst != ExitOK {
+		return &silentError{code: worst}
 	}
 	return nil
+}
+
+// hostFacts are the host part of the policy input, probed the way apply
+// probes them so that validate, plan and apply reach the same decision.
+func hostFacts(ctx context.Context) policy.Host {
+	dir := ""
+	if d, err := record.DefaultStateDir(); err == nil {
+		dir = d
+	}
+	return pipeline.ProbeHost(ctx, kvmProbe(dir)).Policy()
 }
 
 // loadWorkflow reads, parses and validates the workflow at path; every

@@ -55,17 +55,12 @@
       gateway = "10.231.0.1";
       allow = [
         {
-          host = "proxy.golang.org";
-          cidr = null;
+          host = null;
+          cidr = "10.20.0.0/16";
           port = 443;
         }
         {
-          host = "storage.googleapis.com";
-          cidr = null;
-          port = 443;
-        }
-        {
-          host = "sum.golang.org";
+          host = "goproxy.corp.example";
           cidr = null;
           port = 443;
         }
