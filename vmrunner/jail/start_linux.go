@@ -114,6 +114,10 @@ func Start(cfg Config) (*Process, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
 		Pdeathsig:  syscall.SIGKILL,
+		// Its own process group: a Ctrl-C on the terminal reaches
+		// agentsandbox, which cancels and cleans up in order, and not the
+		// jail directly.
+		Setpgid: true,
 	}
 	if cfg.CgroupFD > 0 {
 		cmd.SysProcAttr.UseCgroupFD = true
