@@ -112,10 +112,12 @@ func (f *Fetcher) Fetch(ctx context.Context, in workflow.Input, baseDir, dst str
 	if _, err := os.Lstat(dst); err == nil {
 		return Fetched{}, fmt.Errorf("fetch input %q: destination %s already exists; inputs go into a fresh workspace", in.Name, dst)
 	}
-	var (
-		res Fetched
-		err error
-	)
+	// go-getter resolves file sources against an absolute directory only.
+	baseDir, err := filepath.Abs(baseDir)
+	if err != nil {
+		return Fetched{}, fmt.Errorf("fetch input %q: %w", in.Name, err)
+	}
+	var res Fetched
 	switch in.Kind {
 	case workflow.InputFile:
 		res, err = f.fetchFile(ctx, in, baseDir)

@@ -206,7 +206,7 @@ func (r *run) prepare(ctx context.Context, rec *record.Record) error {
 		}
 		ri, path, err := r.o.Fetch(ctx, in, dir)
 		if err != nil {
-			return fmt.Errorf("fetch input %q: %w", in.Name, err)
+			return err // the fetcher names the input
 		}
 		rec.Inputs = append(rec.Inputs, ri)
 		r.inputs[in.Name] = ri
