@@ -370,7 +370,7 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	if spec.Console != nil {
 		outs = append(outs, spec.Console)
 	}
-	if err := r.start(ri, accel, io.MultiWriter(outs...)); err != nil {
+	if err := r.start(ri, accel, &crlfWriter{w: io.MultiWriter(outs...)}); err != nil {
 		return res, err
 	}
 	return b.wait(ctx, r, ri, spec, con, res)
@@ -476,6 +476,42 @@ func (r *run) start(ri RunnerInfo, accel string, console io.Writer) error {
 		return fmt.Errorf("release runner: %w", err)
 	}
 	return nil
+}
+
+// crlfWriter turns the serial console's CR LF line ends into LF, so the
+// console reads like the job's own output; a lone CR passes through.
+type crlfWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+	cr bool // the previous write ended in CR, held back
+}
+
+func (c *crlfWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	buf := make([]byte, 0, len(p)+1)
+	if c.cr {
+		if len(p) == 0 || p[0] != '\n' {
+			buf = append(buf, '\r')
+		}
+		c.cr = false
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] == '\r' {
+			if i+1 == len(p) {
+				c.cr = true
+				continue
+			}
+			if p[i+1] == '\n' {
+				continue
+			}
+		}
+		buf = append(buf, p[i])
+	}
+	if _, err := c.w.Write(buf); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // consoleWatch notices a kernel panic on the console.
