@@ -49,46 +49,48 @@ cfg_warn_needed_without_outputs := data.agentsandbox.warn_needed_without_outputs
 # allow_host_port splits a canonical network.allow entry into [host, port];
 # port is "" when the entry has none. Forms: "*", "host", "host:port",
 # "CIDR:port", "[IPv6]:port", "[IPv6/len]:port", bare IPv6 addresses.
-allow_host_port(entry) := [host, port] if {
+allow_host_port(entry) := [substring(entry, 1, end - 1), trim_prefix(substring(entry, end + 1, -1), ":")] if {
 	startswith(entry, "[")
 	end := indexof(entry, "]")
-	host := substring(entry, 1, end - 1)
-	rest := substring(entry, end + 1, -1)
-	port := trim_prefix(rest, ":")
+} else := [entry, ""] if {
+	count(indexof_n(entry, ":")) != 1
+} else := split(entry, ":")
+
+# allow_entries are the distinct network.allow entries of all steps, and
+# entry_host_port splits each once; workflows repeat few distinct entries.
+allow_entries contains entry if {
+	some step in input.workflow.steps
+	some entry in step.network.allow
 }
 
-allow_host_port(entry) := [entry, ""] if {
-	not startswith(entry, "[")
-	count(indexof_n(entry, ":")) > 1
-}
-
-allow_host_port(entry) := [parts[0], parts[1]] if {
-	not startswith(entry, "[")
-	count(indexof_n(entry, ":")) == 1
-	parts := split(entry, ":")
-}
-
-allow_host_port(entry) := [entry, ""] if {
-	not contains(entry, ":")
-}
+entry_host_port := {entry: allow_host_port(entry) | some entry in allow_entries}
 
 open_egress_hosts := {h | some h in cfg_open_egress}
 
+open_entries contains entry if {
+	some entry, [host, _] in entry_host_port
+	host in open_egress_hosts
+}
+
+portless_entries contains entry if {
+	cfg_require_egress_port
+	some entry, [host, ""] in entry_host_port
+	not host in open_egress_hosts
+}
+
 deny contains msg if {
+	count(open_entries) > 0
 	some step in input.workflow.steps
 	some entry in step.network.allow
-	[host, _] := allow_host_port(entry)
-	host in open_egress_hosts
+	entry in open_entries
 	msg := sprintf("step %q: network.allow %q opens all egress; list the hosts or prefixes the step needs", [step.name, entry])
 }
 
 deny contains msg if {
-	cfg_require_egress_port
+	count(portless_entries) > 0
 	some step in input.workflow.steps
 	some entry in step.network.allow
-	[host, port] := allow_host_port(entry)
-	port == ""
-	not host in open_egress_hosts
+	entry in portless_entries
 	msg := sprintf("step %q: network.allow %q has no port; allow one port per entry, such as \"%s:443\"", [step.name, entry, entry])
 }
 
@@ -148,58 +150,51 @@ deny contains msg if {
 	some field, raw in cfg_ceilings
 	limit := ceiling(field, raw)
 	some step in input.workflow.steps
-	value := object.get(step.resources, field, 0)
+	value := step.resources[field]
 	value > limit
 	msg := sprintf("step %q: resources.%s %v is above the ceiling %v (data.agentsandbox.ceilings.%s)", [step.name, field, value, limit, field])
 }
 
 # ---- isolation -------------------------------------------------------------
 
-# effective_isolation is what "auto" becomes on this host: vm where Nix and a
-# working KVM are present, else namespace.
-effective_isolation(step) := step.isolation if step.isolation != "auto"
-
-effective_isolation(step) := "vm" if {
-	step.isolation == "auto"
-	input.host.kvm
-	input.host.nix
-}
-
-effective_isolation(step) := "namespace" if {
-	step.isolation == "auto"
-	not host_has_vm
-}
-
 host_has_vm if {
 	input.host.kvm
 	input.host.nix
 }
 
+# namespace_isolations are the step isolations that mean a namespace jail on
+# this host: "auto" is vm where Nix and a working KVM are present, else
+# namespace.
+namespace_isolations := {"namespace"} if host_has_vm
+
+namespace_isolations := {"namespace", "auto"} if not host_has_vm
+
 deny contains msg if {
 	not cfg_allow_namespace_egress
 	some step in input.workflow.steps
+	step.isolation in namespace_isolations
 	count(step.network.allow) > 0
-	effective_isolation(step) == "namespace"
-	msg := sprintf("step %q: network.allow gives egress to a step under %s; namespace isolation shares the host kernel, so this needs isolation vm or data.agentsandbox.allow_namespace_egress", [step.name, isolation_phrase(step)])
+	msg := sprintf("step %q: network.allow gives egress to a step under %s; namespace isolation shares the host kernel, so this needs isolation vm or data.agentsandbox.allow_namespace_egress", [step.name, isolation_phrase[step.isolation]])
 }
 
-isolation_phrase(step) := "isolation namespace" if step.isolation == "namespace"
-
-isolation_phrase(step) := "isolation auto, which is namespace on this host (no KVM or no Nix)" if step.isolation == "auto"
+isolation_phrase := {
+	"namespace": "isolation namespace",
+	"auto": "isolation auto, which is namespace on this host (no KVM or no Nix)",
+}
 
 # ---- warnings --------------------------------------------------------------
 
 warn contains msg if {
 	cfg_warn_no_timeout
 	some step in input.workflow.steps
-	object.get(step.resources, "timeoutMs", 0) == 0
+	step.resources.timeoutMs == 0
 	msg := sprintf("step %q: resources.timeoutMs is not set, so the step may run forever; set a timeout", [step.name])
 }
 
 warn contains msg if {
 	cfg_warn_needed_without_outputs
 	some step in input.workflow.steps
-	count(object.get(step, "outputs", [])) == 0
+	count(step.outputs) == 0
 	needers := sort([other.name |
 		some other in input.workflow.steps
 		step.name in other.needs

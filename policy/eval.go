@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/workflow"
-	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/topdown"
 )
@@ -112,7 +111,7 @@ func (e *Engine) Eval(ctx context.Context, w *workflow.Workflow, host Host) (*De
 	if err != nil {
 		return nil, err
 	}
-	value, err := ast.ValueFromReader(bytes.NewReader(in))
+	value, err := jsonToValue(in)
 	if err != nil {
 		return nil, fmt.Errorf("policy input: %w", err)
 	}

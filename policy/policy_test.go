@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/agentsandbox/agentsandbox/workflow"
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/format"
 )
 
 const (
@@ -611,5 +613,20 @@ func TestTestSourceErrors(t *testing.T) {
 	writeFile(t, filepath.Join(empty, "p.rego"), "package agentsandbox.y\n")
 	if _, err := Test(context.Background(), Options{Dirs: []string{empty}}, io.Discard, false); !errors.As(err, &se) || !strings.Contains(err.Error(), "no *_test.rego files") {
 		t.Fatalf("no tests: err = %v", err)
+	}
+}
+
+// TestRegoFormatted keeps the shipped rego in `opa fmt` form.
+func TestRegoFormatted(t *testing.T) {
+	files := []string{"default.rego", "testdata/team/team.rego", "testdata/team/team_test.rego"}
+	for _, f := range files {
+		src := []byte(mustRead(t, f))
+		got, err := format.SourceWithOpts(f, src, format.Opts{RegoVersion: ast.RegoV1})
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if string(got) != string(src) {
+			t.Errorf("%s is not formatted like opa fmt; want:\n%s", f, got)
+		}
 	}
 }
