@@ -80,8 +80,9 @@ func runPolicyTest(ctx context.Context, stdio Stdio, opts policyTestOptions, arg
 
 // policyEvalOptions are the flags of `agentsandbox policy eval`.
 type policyEvalOptions struct {
-	policy    policyOptions
-	hostFacts string
+	policy     policyOptions
+	hostFacts  string
+	printInput bool
 }
 
 func newPolicyEvalCmd(stdio Stdio) *cobra.Command {
@@ -97,7 +98,8 @@ deny, warn and evalTimeNs.
 The host facts in the input (input.host) are probed here: nix on PATH,
 /dev/kvm opens, the uid, hypervisor programs on PATH. --host-facts FILE
 takes them from a JSON file of the same shape instead, to see the decision
-another machine would get.
+another machine would get. --print-input prints the input document instead,
+to see what rules are evaluated against.
 
 Exit status:
   0  the policy allows the workflow
@@ -112,6 +114,7 @@ Exit status:
 		},
 	}
 	opts.policy.AddFlags(cmd.Flags())
+	cmd.Flags().BoolVar(&opts.printInput, "print-input", false, "print the input document the rules see (input) instead of evaluating")
 	cmd.Flags().StringVar(&opts.hostFacts, "host-facts", "", "JSON file with the host facts (input.host) to evaluate against instead of probing this machine")
 	return cmd
 }
@@ -131,6 +134,18 @@ func runPolicyEval(ctx context.Context, stdio Stdio, opts policyEvalOptions, arg
 	}
 	host, err := evalHostFacts(opts.hostFacts)
 	if err != nil {
+		return err
+	}
+	if opts.printInput {
+		in, err := policy.InputDocument(w, host)
+		if err != nil {
+			return err
+		}
+		var pretty bytes.Buffer
+		if err := json.Indent(&pretty, in, "", "  "); err != nil {
+			return fmt.Errorf("format input: %w", err)
+		}
+		_, err = fmt.Fprintf(stdio.Out, "%s\n", pretty.Bytes())
 		return err
 	}
 	e, err := policy.Load(ctx, opts.policy.options(path))

@@ -172,3 +172,21 @@ func TestAdmit(t *testing.T) {
 		t.Fatalf("bad team rule: %v (exit %d)", err, exitCode(err))
 	}
 }
+
+func TestPolicyEvalPrintInput(t *testing.T) {
+	hostFacts := writeTestFile(t, filepath.Join(t.TempDir(), "host.json"), `{"isolation":["vm","namespace"],"hypervisors":["qemu"],"kvm":true,"nix":true,"uid":0}`)
+	code, out, stderr := runCLI(t, "policy", "eval", "--print-input", "--host-facts", hostFacts, policyWorkflow(t, `"0.0.0.0/0:443"`))
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var in struct {
+		Workflow workflow.Workflow `json:"workflow"`
+		Host     policy.Host       `json:"host"`
+	}
+	if err := json.Unmarshal([]byte(out), &in); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if in.Workflow.Steps[0].Network.Allow[0] != "0.0.0.0/0:443" || !slices.Equal(in.Host.Isolation, []string{"namespace", "vm"}) {
+		t.Fatalf("input = %s", out)
+	}
+}
