@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/netns"
+	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+)
+
+// lastLine is the record id apply prints last.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+func TestApplyHelloRecordVerifyAndTamper(t *testing.T) {
+	testtier.Root(t)
+	state := t.TempDir()
+	code, out, stderr := execute(t, "apply", "--isolation", "namespace", "--state-dir", state, "../../examples/hello.yaml")
+	if code != ExitOK {
+		t.Fatalf("apply: exit %d\n%s\n%s", code, out, stderr)
+	}
+	if !strings.Contains(out, "hello  succeeded") || !strings.Contains(stderr, "[hello] hello") {
+		t.Errorf("summary or progress missing:\n%s\n%s", out, stderr)
+	}
+	id := lastLine(out)
+	if code, vout, verr := execute(t, "records", "verify", "--state-dir", state, id[:8]); code != ExitOK {
+		t.Fatalf("verify: exit %d\n%s%s", code, vout, verr)
+	}
+	if code, lout, _ := execute(t, "records", "list", "--state-dir", state); code != ExitOK || !strings.Contains(lout, id) {
+		t.Errorf("list: exit %d\n%s", code, lout)
+	}
+
+	// Edit one byte of the stdout log blob: verify names it and fails.
+	blobs, _ := filepath.Glob(filepath.Join(state, "blobs", "*", "*"))
+	var tampered string
+	for _, b := range blobs {
+		data, err := os.ReadFile(b)
+		if err == nil && string(data) == "hello\n" {
+			tampered = b
+			data[0] = 'j'
+			os.Chmod(b, 0o644)
+			if err := os.WriteFile(b, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if tampered == "" {
+		t.Fatalf("no blob holds the step's stdout; blobs: %v", blobs)
+	}
+	code, _, verr := execute(t, "records", "verify", "--state-dir", state, id)
+	if code != ExitStepFailed || !strings.Contains(verr, "stdout") {
+		t.Fatalf("verify after tampering a blob: exit %d\n%s", code, verr)
+	}
+}
+
+func TestApplyExitStatuses(t *testing.T) {
+	testtier.Root(t)
+	dir := t.TempDir()
+	cases := []struct {
+		name, yaml string
+		want       int
+	}{
+		{"step fails", "apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: f\nsteps:\n  - name: f\n    run: exit 7\n    resources: {timeout: 30s}\n", ExitStepFailed},
+		{"invalid", "apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: f\nsteps:\n  - name: f\n    rnu: x\n", ExitInvalid},
+		{"denied", "apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: f\nsteps:\n  - name: f\n    run: x\n    resources: {vcpu: 64, timeout: 30s}\n", ExitDenied},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-")+".yaml")
+			if err := os.WriteFile(p, []byte(c.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			code, out, stderr := execute(t, "apply", "--isolation", "namespace", "--state-dir", filepath.Join(dir, "state"), p)
+			if code != c.want {
+				t.Fatalf("exit %d, want %d\n%s\n%s", code, c.want, out, stderr)
+			}
+		})
+	}
+}
+
+// TestApplySIGINTLeavesNothing runs the real binary, interrupts it while a
+// step runs, and checks that no netns, cgroup, mount or run directory of
+// it is left.
+func TestApplySIGINTLeavesNothing(t *testing.T) {
+	testtier.Root(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "agentsandbox")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	wf := filepath.Join(dir, "sleep.yaml")
+	os.WriteFile(wf, []byte("apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: sleepy\nsteps:\n  - name: sleeper\n    run: echo started; sleep 300\n    resources: {timeout: 10m}\n"), 0o644)
+	state := filepath.Join(dir, "state")
+
+	cmd := exec.Command(bin, "apply", "--isolation", "namespace", "--state-dir", state, wf)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		once := false
+		for sc.Scan() {
+			if !once && strings.Contains(sc.Text(), "[sleeper] started") {
+				once = true
+				close(started)
+			}
+		}
+	}()
+	select {
+	case <-started:
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("the step never started")
+	}
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != ExitInfra {
+		t.Errorf("apply after SIGINT: %v, want exit %d", err, ExitInfra)
+	}
+	// Other packages' tests may run at the same time: look for this
+	// step's names only (netns asb-RUN-sleeper, cgroup /agentsandbox/RUN/sleeper).
+	nss, _ := netns.List(netns.Prefix)
+	for _, n := range nss {
+		if strings.HasSuffix(n, "-sleeper") {
+			t.Errorf("network namespace left: %s", n)
+		}
+	}
+	cgs, _ := cgroup.List("/agentsandbox")
+	for _, c := range cgs {
+		if strings.HasSuffix(c, "/sleeper") {
+			t.Errorf("cgroup left: %s", c)
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mounts), state) || strings.Contains(string(mounts), "/run/agentsandbox/jails/") {
+		t.Errorf("mounts left:\n%s", mounts)
+	}
+	if runs, _ := os.ReadDir(filepath.Join(state, "runs")); len(runs) != 0 {
+		t.Errorf("run directories left: %v", runs)
+	}
+	// The interrupted run is still recorded.
+	if id := lastLine(stdout.String()); len(id) != 52 {
+		t.Errorf("no record id printed after SIGINT: %q", stdout.String())
+	}
+}
