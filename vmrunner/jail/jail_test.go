@@ -323,3 +323,22 @@ func TestRuntimeFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestJailInitPath starts the jail from a named binary (this test binary by
+// its path) instead of /proc/self/exe.
+func TestJailInitPath(t *testing.T) {
+	cfg, console := jailFixture(t, "echo via-init-path")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.InitPath = exe
+	runJail(t, cfg)
+	if r := readResult(t, cfg.ControlDir); !r.Succeeded() || !strings.Contains(console.String(), "via-init-path") {
+		t.Fatalf("result %+v, console %q", r, console)
+	}
+	cfg.InitPath = "relative/init"
+	if _, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "not an absolute path") {
+		t.Fatalf("Start with a relative init: %v", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -64,8 +65,14 @@ func Start(cfg Config) (*Process, error) {
 	if cfg.RootDir == "" {
 		return nil, errors.New("start jail: no root directory given")
 	}
+	initPath := cfg.InitPath
+	if initPath == "" {
+		initPath = "/proc/self/exe"
+	} else if !filepath.IsAbs(initPath) {
+		return nil, fmt.Errorf("start jail: init binary %q is not an absolute path", initPath)
+	}
 	if len(cfg.ClosurePaths) > 0 {
-		files, err := runtimeFiles("/proc/self/exe")
+		files, err := runtimeFiles(initPath)
 		if err != nil {
 			return nil, fmt.Errorf("start jail: %w", err)
 		}
@@ -96,7 +103,7 @@ func Start(cfg Config) (*Process, error) {
 	}
 	defer statW.Close()
 
-	cmd := exec.Command("/proc/self/exe", InitArg)
+	cmd := exec.Command(initPath, InitArg)
 	cmd.Args[0] = "agentsandbox-init"
 	cmd.ExtraFiles = []*os.File{cfgR, statW, netnsFile} // fds 3, 4, 5
 	cmd.Env = []string{

@@ -62,6 +62,9 @@ var ErrPackagesWithoutNix = errors.New("the step lists packages but has no Nix c
 type Options struct {
 	StateDir string // vmrunner.DefaultStateDir
 	JailDir  string // DefaultJailDir
+	// InitPath is the jail's init binary (jail.Config.InitPath); empty
+	// re-executes this binary.
+	InitPath string
 }
 
 // Backend runs steps in namespace jails. It is safe for concurrent Runs of
@@ -263,6 +266,7 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 		Workspace: spec.Workspace, ControlDir: spec.ControlDir,
 		ClosurePaths: spec.ClosurePaths, EnvPath: spec.EnvPath,
 		TmpBytes: spec.Step.Resources.Disk, Console: spec.Console,
+		InitPath: b.opts.InitPath,
 	}
 	// On cgroup v2 the child is cloned straight into its group; on v1 it
 	// is held until Add has placed it.
