@@ -630,3 +630,35 @@ func TestRegoFormatted(t *testing.T) {
 		}
 	}
 }
+
+func TestConcurrentEval(t *testing.T) {
+	e := load(t, Options{})
+	w := generated(10)
+	w.Steps[2].Network.Allow = []string{"*"}
+	want := eval(t, e, w, vmHost)
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			d, err := e.Eval(context.Background(), w, vmHost)
+			if err == nil && (d.ID != want.ID || !slices.Equal(d.Deny, want.Deny)) {
+				err = fmt.Errorf("decision differs: %+v", d)
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestInputDocumentHostShape(t *testing.T) {
+	in, err := InputDocument(okWorkflow(), Host{UID: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(in), `,"host":{"isolation":[],"hypervisors":[],"kvm":false,"nix":false,"uid":7}}`) || !strings.HasPrefix(string(in), `{"workflow":{"apiVersion":`) {
+		t.Fatalf("input = %s", in)
+	}
+}
