@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -132,7 +131,7 @@ func runPolicyEval(ctx context.Context, stdio Stdio, opts policyEvalOptions, arg
 		}
 		return withExit(ExitInvalid, err)
 	}
-	host, err := evalHostFacts(opts.hostFacts)
+	host, err := evalHostFacts(ctx, opts.hostFacts)
 	if err != nil {
 		return err
 	}
@@ -169,10 +168,10 @@ func runPolicyEval(ctx context.Context, stdio Stdio, opts policyEvalOptions, arg
 	return nil
 }
 
-// evalHostFacts reads --host-facts, or probes this machine.
-func evalHostFacts(file string) (policy.Host, error) {
+// evalHostFacts reads --host-facts, or probes this machine as apply does.
+func evalHostFacts(ctx context.Context, file string) (policy.Host, error) {
 	if file == "" {
-		return probeHostFacts(), nil
+		return hostFacts(ctx), nil
 	}
 	raw, err := os.ReadFile(file)
 	if err != nil {
@@ -187,26 +186,3 @@ func evalHostFacts(file string) (policy.Host, error) {
 	return h, nil
 }
 
-// probeHostFacts is a minimal stand-in for vmrunner's host probe, which the
-// lead wires in place of it: nix on PATH, /dev/kvm opens read-write, the uid.
-// namespace isolation is taken as always available; vm, and with it every
-// hypervisor (Nix builds them with the guest), where KVM and Nix are.
-func probeHostFacts() policy.Host {
-	h := policy.Host{Isolation: []string{"namespace"}, Hypervisors: []string{}, UID: os.Getuid()}
-	if _, err := exec.LookPath("nix"); err == nil {
-		h.Nix = true
-	}
-	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
-		f.Close()
-		h.KVM = true
-	}
-	if h.KVM && h.Nix {
-		h.Isolation = append(h.Isolation, "vm")
-		h.Hypervisors = []string{
-			string(workflow.HypervisorCloudHypervisor),
-			string(workflow.HypervisorFirecracker),
-			string(workflow.HypervisorQEMU),
-		}
-	}
-	return h
-}
