@@ -133,13 +133,13 @@ func check(spec vmrunner.StepSpec) error {
 }
 
 // job is the job.json the jail's agent reads: the spec's job, with the
-// step's timeout when the job has none and the env's bin on PATH when the
-// job's env has no PATH.
+// step's timeout when the job has none or a longer one, and the env's bin on
+// PATH when the job's env has no PATH.
 func job(spec vmrunner.StepSpec) guest.Job {
 	j := spec.Job
 	j.Env = append([]string(nil), j.Env...)
-	if j.TimeoutMS == 0 {
-		j.TimeoutMS = spec.Step.Resources.TimeoutMS
+	if t := spec.Step.Resources.TimeoutMS; t > 0 && (j.TimeoutMS == 0 || j.TimeoutMS > t) {
+		j.TimeoutMS = t
 	}
 	if spec.EnvPath != "" {
 		hasPath := false

@@ -48,7 +48,11 @@ func TestJob(t *testing.T) {
 	spec.Job.Env = []string{"PATH=/mine"}
 	spec.Job.TimeoutMS = 100
 	if j := job(spec); !reflect.DeepEqual(j.Env, []string{"PATH=/mine"}) || j.TimeoutMS != 100 {
-		t.Errorf("job with its own PATH and timeout = %+v", j)
+		t.Errorf("job with its own PATH and shorter timeout = %+v", j)
+	}
+	spec.Job.TimeoutMS = 60_000
+	if j := job(spec); j.TimeoutMS != 500 {
+		t.Errorf("a job timeout longer than the step's became %d, want the step's 500", j.TimeoutMS)
 	}
 }
 
