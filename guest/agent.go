@@ -40,11 +40,26 @@ const drainTimeout = 2 * time.Second
 // child that gets reparented to it, and assumes it owns all of the process's
 // children while it runs. Otherwise it waits for the job's pid only.
 func RunJob(ctx context.Context, controlDir string, console io.Writer) (Result, error) {
+	return RunJobWith(ctx, controlDir, console, RunOptions{})
+}
+
+// RunOptions tune RunJobWith.
+type RunOptions struct {
+	// NoSync skips the fsyncs of the logs and result.json. It is for a
+	// namespace jail, which shares the host's kernel and page cache: the
+	// host reads the files through the same cache, and the record store
+	// makes its own durable copy. A VM guest must sync, or its writes may
+	// never reach the host before it powers off.
+	NoSync bool
+}
+
+// RunJobWith is RunJob with options.
+func RunJobWith(ctx context.Context, controlDir string, console io.Writer, o RunOptions) (Result, error) {
 	if console == nil {
 		console = io.Discard
 	}
-	res := runJob(ctx, controlDir, console)
-	if err := writeResult(controlDir, res); err != nil {
+	res := runJob(ctx, controlDir, console, !o.NoSync)
+	if err := writeResult(controlDir, res, !o.NoSync); err != nil {
 		return res, err
 	}
 	return res, nil
@@ -109,7 +124,7 @@ func (j Job) Validate() error {
 }
 
 // runJob does everything but writing the result.
-func runJob(ctx context.Context, controlDir string, console io.Writer) Result {
+func runJob(ctx context.Context, controlDir string, console io.Writer, syncFiles bool) Result {
 	res := Result{Version: ProtocolVersion, ExitCode: -1}
 	fail := func(err error) Result {
 		now := time.Now().UTC()
@@ -275,6 +290,9 @@ wait:
 		}
 	}
 	for _, f := range []*os.File{outLog, errLog} {
+		if !syncFiles {
+			break
+		}
 		if err := f.Sync(); err != nil {
 			errs = append(errs, fmt.Sprintf("sync %s: %v", f.Name(), err))
 		}
@@ -435,13 +453,25 @@ func tee(r io.Reader, log io.Writer, console io.Writer, mu *sync.Mutex) error {
 
 // writeResult writes result.json atomically: a temp file in controlDir,
 // fsync, rename, fsync of the directory.
-func writeResult(controlDir string, res Result) error {
+func writeResult(controlDir string, res Result, syncFiles bool) error {
 	b, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode result: %w", err)
 	}
 	b = append(b, '\n')
-	return WriteFileAtomic(filepath.Join(controlDir, ResultFile), b, 0o644)
+	path := filepath.Join(controlDir, ResultFile)
+	if !syncFiles {
+		// Still atomic: the host never sees half a result.
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			return fmt.Errorf("write result: %w", err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return fmt.Errorf("write result: %w", err)
+		}
+		return nil
+	}
+	return WriteFileAtomic(path, b, 0o644)
 }
 
 // WriteFileAtomic writes data to path so that readers see either the old

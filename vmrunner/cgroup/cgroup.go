@@ -340,8 +340,11 @@ func (g *Group) Delete() error {
 		return nil
 	}
 	if g.exists() {
-		if err := g.Kill(); err != nil {
-			return fmt.Errorf("delete cgroup %s: %w", g.path, err)
+		// Freezing and thawing an empty group costs milliseconds for nothing.
+		if pids, err := g.b.procs(); err != nil || len(pids) > 0 {
+			if err := g.Kill(); err != nil {
+				return fmt.Errorf("delete cgroup %s: %w", g.path, err)
+			}
 		}
 		deadline := time.Now().Add(deleteTimeout)
 		for {

@@ -130,7 +130,8 @@ func runAgent(status *os.File, statusFD int) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	_, err := guest.RunJob(ctx, guest.ControlMount, os.Stdout)
+	// The jail shares the host's kernel: no fsyncs needed (see RunOptions).
+	_, err := guest.RunJobWith(ctx, guest.ControlMount, os.Stdout, guest.RunOptions{NoSync: true})
 	if err != nil {
 		sendMessage(status, message{Error: "run job: " + err.Error()})
 		return 1

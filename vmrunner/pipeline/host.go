@@ -14,7 +14,7 @@ type Host struct {
 	Arch       string
 	CgroupMode string
 	Nix        bool   // nix is installed
-	NixVersion string // `nix --version`
+	NixVersion string // `nix --version`, filled in by Run when Nix realises something
 	QEMU       bool   // qemu-system-x86_64 is installed
 	KVMUsable  bool   // a guest really runs under KVM (probed, cached per boot)
 	KVMReason  string // why not, when it is not

@@ -189,6 +189,9 @@ func (r *run) prepare(ctx context.Context, rec *record.Record) error {
 			return fmt.Errorf("step %q needs Nix (packages or vm isolation) and Nix is not available: %w", needNix[0].Name, ErrNoNix)
 		}
 		r.emit(Event{Time: time.Now(), Kind: EventPhase, Line: fmt.Sprintf("realise %d steps with Nix", len(needNix))})
+		if rec.Host.Nix == "" {
+			rec.Host.Nix = nixVersion(ctx)
+		}
 		got, err := r.o.Realise(ctx, needNix)
 		if err != nil {
 			return err

@@ -27,14 +27,11 @@ func ProbeHost(ctx context.Context, kvm KVMProbe) Host {
 		UID:        os.Getuid(),
 		Root:       os.Geteuid() == 0,
 	}
-	if p, err := exec.LookPath("nix"); err == nil {
+	// Only presence here: `nix --version` costs tens of milliseconds, and
+	// the record wants the version only when Nix realised something (see
+	// nixVersion, called by Run).
+	if _, err := exec.LookPath("nix"); err == nil {
 		h.Nix = true
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		out, err := exec.CommandContext(ctx, p, "--version").Output()
-		cancel()
-		if err == nil {
-			h.NixVersion = strings.TrimSpace(string(out))
-		}
 	}
 	if _, err := exec.LookPath("qemu-system-x86_64"); err == nil {
 		h.QEMU = true
@@ -44,6 +41,21 @@ func ProbeHost(ctx context.Context, kvm KVMProbe) Host {
 		h.KVMUsable, h.KVMReason = kvm(ctx)
 	}
 	return h
+}
+
+// nixVersion is `nix --version`, or "" when it cannot be had.
+func nixVersion(ctx context.Context) string {
+	p, err := exec.LookPath("nix")
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, p, "--version").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }
 
 func kernelRelease() string {
