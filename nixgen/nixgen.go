@@ -87,6 +87,13 @@ func (o Options) EnvAttr(step string) string {
 	return "legacyPackages." + o.withDefaults().System + ".stepEnvs." + step
 }
 
+// TCGRunnerAttr is the flake attribute of a qemu step's runner under
+// software emulation, for hosts where KVM does not work:
+// legacyPackages.<system>.tcgRunners.<step>.
+func (o Options) TCGRunnerAttr(step string) string {
+	return "legacyPackages." + o.withDefaults().System + ".tcgRunners." + step
+}
+
 // ConfigAttr is the flake attribute of a step's NixOS configuration:
 // nixosConfigurations.<step>.
 func ConfigAttr(step string) string { return "nixosConfigurations." + step }
@@ -155,6 +162,11 @@ func Generate(w *workflow.Workflow, opts Options) (Files, error) {
 		return nil, err
 	}
 	files[0].Data = b
+	tcg, err := render("tcg.nix.tmpl", nil)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, File{Path: "tcg.nix", Data: tcg})
 	return files, nil
 }
 

@@ -255,6 +255,10 @@ func TestMicrovmOptions(t *testing.T) {
 	known := map[string]bool{
 		"hypervisor": true, "vcpu": true, "mem": true, "socket": true, "shares": true,
 		"volumes": true, "interfaces": true,
+		// tcg.nix: microvm.cpu (options.nix: the CPU to emulate; setting it
+		// drops -enable-kvm from the qemu runner) and microvm.qemu.machineOpts
+		// (lib/runners/qemu.nix: replaces the default accel=kvm:tcg set).
+		"cpu": true, "qemu": true,
 	}
 	shareKeys := map[string]bool{"proto": true, "tag": true, "source": true, "mountPoint": true, "securityModel": true, "socket": true, "readOnly": true}
 	volumeKeys := map[string]bool{"image": true, "mountPoint": true, "label": true, "size": true, "autoCreate": true, "fsType": true, "readOnly": true}

@@ -33,6 +33,8 @@ type flakeStep struct {
 	Module   string   // ./steps/<step>.nix (the name is a checked DNS label)
 	EnvName  string   // literal: the buildEnv's name
 	Packages []string // pkgs."a"."b" selections
+	// TCG is set for qemu steps, which also get a software-emulation runner.
+	TCG bool
 }
 
 // stepData is what step.nix.tmpl prints; all fields are Nix text.
@@ -152,6 +154,7 @@ func stepFor(workflowName string, s *workflow.Step) (stepData, flakeStep, error)
 		Module:   "./steps/" + s.Name + ".nix",
 		EnvName:  String("agentsandbox-env-" + s.Name),
 		Packages: pkgs,
+		TCG:      s.Hypervisor == workflow.HypervisorQEMU,
 	}
 	return sd, fs, nil
 }

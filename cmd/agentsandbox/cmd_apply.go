@@ -123,6 +123,7 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 			Workflow: w, WorkflowPath: path, FlakeDir: opts.Flake,
 			GenDir:  pipeline.GenDirFor(store.Dir(), w),
 			Offline: opts.Offline, UpdateLock: opts.UpdateLock,
+			KVM:    host.KVMUsable,
 			Stderr: stdio.Err,
 		}
 		realise = nr.Realise
@@ -268,5 +269,8 @@ func vmBackend(h pipeline.Host) vmrunner.Backend {
 	if !h.QEMU {
 		return nil
 	}
-	return vm.New(vm.Options{Probe: func(context.Context) (bool, string) { return h.KVMUsable, h.KVMReason }})
+	return vm.New(vm.Options{
+		Probe: func(context.Context) (bool, string) { return h.KVMUsable, h.KVMReason },
+		Warn:  io.Discard, // apply shows its own warning as a progress event
+	})
 }

@@ -27,6 +27,10 @@ type NixRealiser struct {
 	GenDir     string
 	Offline    bool
 	UpdateLock bool
+	// KVM says whether KVM runs guests here. Without it, qemu steps are
+	// realised as their software-emulation runner (nixgen's TCGRunnerAttr),
+	// since microvm.nix bakes -enable-kvm into the default one.
+	KVM bool
 	Gen        nixgen.Options
 	Stderr     io.Writer // Nix's progress output; nil discards it
 }
@@ -52,11 +56,8 @@ func (n *NixRealiser) Realise(ctx context.Context, steps []workflow.Step) (map[s
 	owner := map[string]string{}
 	kind := map[string]bool{} // attr → is a runner
 	for _, s := range steps {
-		attr := n.Gen.EnvAttr(s.Name)
-		if s.Isolation == workflow.IsolationVM {
-			attr = n.Gen.RunnerAttr(s.Name)
-			kind[attr] = true
-		}
+		attr, runner := n.attrFor(s)
+		kind[attr] = runner
 		attrs = append(attrs, attr)
 		owner[attr] = s.Name
 	}
@@ -98,6 +99,18 @@ func (n *NixRealiser) Realise(ctx context.Context, steps []workflow.Step) (map[s
 		}
 	}
 	return got, nil
+}
+
+// attrFor is the flake attribute that realises step s, and whether it is a
+// VM runner (else a package environment).
+func (n *NixRealiser) attrFor(s workflow.Step) (attr string, runner bool) {
+	if s.Isolation != workflow.IsolationVM {
+		return n.Gen.EnvAttr(s.Name), false
+	}
+	if !n.KVM && s.Hypervisor == workflow.HypervisorQEMU {
+		return n.Gen.TCGRunnerAttr(s.Name), true
+	}
+	return n.Gen.RunnerAttr(s.Name), true
 }
 
 // GenDirFor is the stable directory for w's generated flake under root.

@@ -5,6 +5,7 @@
 #   nixosConfigurations.<step>             the step's NixOS microVM
 #   packages.<system>.<step>               its microvm.nix runner (bin/microvm-run)
 #   legacyPackages.<system>.stepEnvs.<step> a buildEnv of its packages (namespace backend)
+#   legacyPackages.<system>.tcgRunners.<step> qemu steps: the runner under software emulation
 {
   description = "agentsandbox workflow ci-step";
 
@@ -47,6 +48,15 @@
       packages."x86_64-linux" = {
         "test" = self.nixosConfigurations."test".config.microvm.declaredRunner;
         "build" = self.nixosConfigurations."build".config.microvm.declaredRunner;
+      };
+
+      legacyPackages."x86_64-linux".tcgRunners = {
+        "test" = (self.nixosConfigurations."test".extendModules {
+          modules = [ ./tcg.nix ];
+        }).config.microvm.declaredRunner;
+        "build" = (self.nixosConfigurations."build".extendModules {
+          modules = [ ./tcg.nix ];
+        }).config.microvm.declaredRunner;
       };
 
       legacyPackages."x86_64-linux".stepEnvs = {

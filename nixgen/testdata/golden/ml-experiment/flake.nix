@@ -5,6 +5,7 @@
 #   nixosConfigurations.<step>             the step's NixOS microVM
 #   packages.<system>.<step>               its microvm.nix runner (bin/microvm-run)
 #   legacyPackages.<system>.stepEnvs.<step> a buildEnv of its packages (namespace backend)
+#   legacyPackages.<system>.tcgRunners.<step> qemu steps: the runner under software emulation
 {
   description = "agentsandbox workflow ml-experiment";
 
@@ -71,6 +72,21 @@
         "train-linear" = self.nixosConfigurations."train-linear".config.microvm.declaredRunner;
         "train-forest" = self.nixosConfigurations."train-forest".config.microvm.declaredRunner;
         "compare" = self.nixosConfigurations."compare".config.microvm.declaredRunner;
+      };
+
+      legacyPackages."x86_64-linux".tcgRunners = {
+        "prepare" = (self.nixosConfigurations."prepare".extendModules {
+          modules = [ ./tcg.nix ];
+        }).config.microvm.declaredRunner;
+        "train-linear" = (self.nixosConfigurations."train-linear".extendModules {
+          modules = [ ./tcg.nix ];
+        }).config.microvm.declaredRunner;
+        "train-forest" = (self.nixosConfigurations."train-forest".extendModules {
+          modules = [ ./tcg.nix ];
+        }).config.microvm.declaredRunner;
+        "compare" = (self.nixosConfigurations."compare".extendModules {
+          modules = [ ./tcg.nix ];
+        }).config.microvm.declaredRunner;
       };
 
       legacyPackages."x86_64-linux".stepEnvs = {

@@ -5,6 +5,7 @@
 #   nixosConfigurations.<step>             the step's NixOS microVM
 #   packages.<system>.<step>               its microvm.nix runner (bin/microvm-run)
 #   legacyPackages.<system>.stepEnvs.<step> a buildEnv of its packages (namespace backend)
+#   legacyPackages.<system>.tcgRunners.<step> qemu steps: the runner under software emulation
 {
   description = "agentsandbox workflow sample";
 
@@ -62,6 +63,12 @@
         "fetch" = self.nixosConfigurations."fetch".config.microvm.declaredRunner;
         "train" = self.nixosConfigurations."train".config.microvm.declaredRunner;
         "report" = self.nixosConfigurations."report".config.microvm.declaredRunner;
+      };
+
+      legacyPackages."x86_64-linux".tcgRunners = {
+        "fetch" = (self.nixosConfigurations."fetch".extendModules {
+          modules = [ ./tcg.nix ];
+        }).config.microvm.declaredRunner;
       };
 
       legacyPackages."x86_64-linux".stepEnvs = {
