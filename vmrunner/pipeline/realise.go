@@ -30,9 +30,9 @@ type NixRealiser struct {
 	// KVM says whether KVM runs guests here. Without it, qemu steps are
 	// realised as their software-emulation runner (nixgen's TCGRunnerAttr),
 	// since microvm.nix bakes -enable-kvm into the default one.
-	KVM bool
-	Gen        nixgen.Options
-	Stderr     io.Writer // Nix's progress output; nil discards it
+	KVM    bool
+	Gen    nixgen.Options
+	Stderr io.Writer // Nix's progress output; nil discards it
 }
 
 // Realise builds the runner (vm) or package environment (namespace) of each

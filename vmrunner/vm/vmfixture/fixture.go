@@ -34,6 +34,10 @@ type Options struct {
 	KernelParams []string // [TSCParam()] when nil
 	Modules      []string // DefaultModules when nil
 	HostBinaries []string // host programs (with their libraries) to add, such as /usr/bin/bash
+	// Steps are workflow step names BuildNix also exports the runner for,
+	// under the attributes apply realises, so `apply --flake DIR` runs it.
+	// Step names are DNS labels, which %q quotes safely for Nix.
+	Steps []string
 }
 
 // Fixture is a built runner and the parts it was made from.

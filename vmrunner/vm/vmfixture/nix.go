@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/agentsandbox/agentsandbox/vmrunner/nixbuild"
 )
@@ -26,8 +27,7 @@ const flakeTemplate = `# agentsandbox VM test fixture: a microvm.nix-shaped qemu
     let
       bb = ./bb;
       files = ./files;
-    in {
-      packages.x86_64-linux.runner = derivation {
+      runner = derivation {
         name = "microvm-qemu-%s";
         system = "x86_64-linux";
         builder = "${bb}/sh";
@@ -41,6 +41,8 @@ const flakeTemplate = `# agentsandbox VM test fixture: a microvm.nix-shaped qemu
           chmod 0555 $out/bin/microvm-run
         '' ];
       };
+    in {
+      packages.x86_64-linux.runner = runner;%s
     };
 }
 `
@@ -66,7 +68,14 @@ func BuildNix(ctx context.Context, flakeDir string, opts Options, stderr io.Writ
 		files[filepath.Join("files", n)] = c
 	}
 	files["files/bin/microvm-run"] = r.RunScript("@bb@/busybox")
-	files["flake.nix"] = fmt.Sprintf(flakeTemplate, r.Name)
+	var aliases strings.Builder
+	for _, step := range opts.Steps {
+		// The attributes `apply` realises for a vm step (nixgen's RunnerAttr
+		// and TCGRunnerAttr), so `apply --flake` can run the fixture.
+		fmt.Fprintf(&aliases, "\n      packages.x86_64-linux.%q = runner;", step)
+		fmt.Fprintf(&aliases, "\n      legacyPackages.x86_64-linux.tcgRunners.%q = runner;", step)
+	}
+	files["flake.nix"] = fmt.Sprintf(flakeTemplate, r.Name, aliases.String())
 	names := make([]string, 0, len(files))
 	for n := range files {
 		names = append(names, n)

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/record"
+	"github.com/agentsandbox/agentsandbox/vmrunner/vm/vmfixture"
+)
+
+// vmFlake builds the VM test fixture (Debian's kernel, an initramfs with
+// the static guest agent as /init, a microvm.nix-shaped qemu runner) as an
+// offline flake that exports the runner under the attributes apply
+// realises for steps, and returns the flake's directory for --flake.
+func vmFlake(t *testing.T, steps ...string) string {
+	t.Helper()
+	testtier.Root(t)
+	testtier.Command(t, "vm", "qemu-system-x86_64", "apt-get install qemu-system-x86")
+	testtier.Command(t, "vm", "busybox", "apt-get install busybox-static")
+	testtier.Nix(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := vmfixture.FindOrFetchKernel(ctx, vmfixture.CacheDir()); err != nil {
+		testtier.Skip(t, "vm", err.Error())
+	}
+	dir := t.TempDir()
+	init, err := vmfixture.BuildGuestAgent(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flake := filepath.Join(dir, "flake")
+	if _, err := vmfixture.BuildNix(ctx, flake, vmfixture.Options{Init: init, Steps: steps}, nil); err != nil {
+		t.Fatalf("build the VM fixture: %v", err)
+	}
+	return flake
+}
+
+// TestApplyVM runs apply --isolation vm end to end in a real qemu guest:
+// status, logs and outputs land in a record that verifies, an output's NAR
+// hash equals `nix hash path`, and a failing job's exit code comes back.
+func TestApplyVM(t *testing.T) {
+	flake := vmFlake(t, "hello", "fails")
+	dir := t.TempDir()
+	wf := filepath.Join(dir, "vm.yaml")
+	os.WriteFile(wf, []byte(`apiVersion: agentsandbox.dev/v1
+kind: Workflow
+name: vm-hello
+steps:
+  - name: hello
+    run: |
+      echo "hello from $(uname -n)"
+      mkdir -p out && echo guest > out/where.txt
+    outputs: [out]
+    resources: {timeout: 2m}
+`), 0o644)
+	state := filepath.Join(dir, "state")
+	code, out, stderr := execute(t, "apply", "--isolation", "vm", "--flake", flake, "--offline", "--state-dir", state, wf)
+	if code != ExitOK {
+		t.Fatalf("apply: exit %d\n%s\n%s", code, out, stderr)
+	}
+	if !strings.Contains(out, "vm (qemu, ") || !strings.Contains(stderr, "[hello] hello from") {
+		t.Errorf("no vm isolation in the summary or no job output in the progress:\n%s\n%s", out, stderr)
+	}
+	id := lastLine(out)
+	if code, vout, verr := execute(t, "records", "verify", "--state-dir", state, id); code != ExitOK {
+		t.Fatalf("verify: exit %d\n%s%s", code, vout, verr)
+	}
+	s, _ := record.OpenStore(state)
+	rid, _ := record.ParseID(id)
+	rec, err := s.Get(rid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := rec.Steps[0]
+	if st.Isolation != "vm" || st.Accel == "" || st.Logs.Console == nil || len(st.Closure) == 0 {
+		t.Errorf("step record: isolation %q accel %q console %v closure %d", st.Isolation, st.Accel, st.Logs.Console, len(st.Closure))
+	}
+	exp := filepath.Join(dir, "export")
+	if code, _, eerr := execute(t, "records", "export", "--state-dir", state, id, "--to", exp); code != ExitOK {
+		t.Fatalf("export: %s", eerr)
+	}
+	got, err := exec.Command("nix", "--extra-experimental-features", "nix-command", "hash", "path", filepath.Join(exp, "hello", "out")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(got)) != st.Outputs[0].NarHash.String() {
+		t.Errorf("nix hash path %s, record %s", got, st.Outputs[0].NarHash)
+	}
+
+	// A failing job's exit code comes back through result.json.
+	os.WriteFile(wf, []byte("apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: vm-fails\nsteps:\n  - name: fails\n    run: exit 42\n    resources: {timeout: 2m}\n"), 0o644)
+	code, out, stderr = execute(t, "apply", "--isolation", "vm", "--flake", flake, "--offline", "--state-dir", state, wf)
+	if code != ExitStepFailed || !strings.Contains(out, "fails  failed  42") {
+		t.Fatalf("failing job: exit %d, want %d\n%s\n%s", code, ExitStepFailed, out, stderr)
+	}
+}
