@@ -159,9 +159,12 @@ func (p *liveProgress) Event(e pipeline.Event) {
 		}
 	case pipeline.EventFinished:
 		if l != nil {
-			l.state, l.ended = describeResult(e.Result), e.Time
-			if e.Result != nil && !e.Result.Started.IsZero() {
-				l.started = e.Result.Started
+			l.state, l.ended = "finished", e.Time
+			if e.Result != nil {
+				l.state = string(e.Result.Status)
+				if !e.Result.Started.IsZero() {
+					l.started = e.Result.Started
+				}
 			}
 		}
 	case pipeline.EventSkipped:
@@ -190,7 +193,7 @@ func (p *liveProgress) redraw() {
 		elapsed := ""
 		switch {
 		case !l.ended.IsZero():
-			elapsed = l.ended.Sub(l.started).Round(100 * time.Millisecond).String()
+			elapsed = l.ended.Sub(l.started).Round(time.Millisecond).String()
 		case !l.started.IsZero():
 			elapsed = time.Since(l.started).Round(100 * time.Millisecond).String()
 		}
