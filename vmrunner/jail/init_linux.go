@@ -100,9 +100,19 @@ func stage1() int {
 		return fail(err)
 	}
 	if t.all {
+		if cfg.Exec != nil {
+			return runExec(status, statusFD, cfg.Exec)
+		}
 		return runAgent(status, statusFD)
 	}
 	env := []string{envStage + "=2", envStatusFD + "=" + strconv.Itoa(statusFD)}
+	if cfg.Exec != nil {
+		b, err := json.Marshal(cfg.Exec)
+		if err != nil {
+			return fail(fmt.Errorf("encode exec spec for stage 2: %w", err))
+		}
+		env = append(env, envExec+"="+string(b))
+	}
 	err = unix.Exec("/proc/self/exe", []string{"agentsandbox-init", InitArg}, env)
 	return fail(fmt.Errorf("exec init stage 2: %w", err))
 }
@@ -114,7 +124,77 @@ func stage2() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	return runAgent(os.NewFile(uintptr(statusFD), "status"), statusFD)
+	status := os.NewFile(uintptr(statusFD), "status")
+	if v, ok := os.LookupEnv(envExec); ok {
+		var x ExecSpec
+		if err := json.Unmarshal([]byte(v), &x); err != nil {
+			sendMessage(status, message{Error: fmt.Sprintf("jail setup: decode exec spec: %v", err)})
+			return 1
+		}
+		return runExec(status, statusFD, &x)
+	}
+	return runAgent(status, statusFD)
+}
+
+// runExec is PID 1 of an exec-mode jail: it starts the program as x.UID and
+// x.GID with no supplementary groups (setuid from root to a non-zero uid
+// clears the permitted and effective capabilities; no_new_privs is
+// inherited), reports ready, forwards SIGTERM and SIGINT to it, reaps every
+// child that ends up with it, and returns the program's exit status, or
+// 128+n when signal n killed it.
+func runExec(status *os.File, statusFD int, x *ExecSpec) int {
+	unix.CloseOnExec(statusFD)
+	fail := func(err error) int {
+		sendMessage(status, message{Error: "jail setup: " + err.Error()})
+		return 1
+	}
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("set parent death signal: %w", err))
+	}
+	devNull, err := os.Open("/dev/null")
+	if err != nil {
+		return fail(err)
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	proc, err := os.StartProcess(x.Argv[0], x.Argv, &os.ProcAttr{
+		Dir:   x.Dir,
+		Env:   x.Env,
+		Files: []*os.File{devNull, os.Stdout, os.Stderr},
+		Sys: &syscall.SysProcAttr{
+			Credential: &syscall.Credential{Uid: uint32(x.UID), Gid: uint32(x.GID), Groups: []uint32{}},
+		},
+	})
+	devNull.Close()
+	if err != nil {
+		return fail(fmt.Errorf("start %s as uid %d: %w", x.Argv[0], x.UID, err))
+	}
+	sendMessage(status, message{Ready: true})
+	go func() {
+		for s := range sigs {
+			_ = proc.Signal(s)
+		}
+	}()
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			sendMessage(status, message{Error: fmt.Sprintf("wait for %s: %v", x.Argv[0], err)})
+			return 1
+		}
+		if pid != proc.Pid {
+			continue // an orphan reparented to us
+		}
+		switch {
+		case ws.Exited():
+			return ws.ExitStatus()
+		case ws.Signaled():
+			return 128 + int(ws.Signal())
+		}
+	}
 }
 
 // runAgent is PID 1 of the finished jail: it reports ready and runs the job
@@ -293,6 +373,26 @@ func apply(root string, m Mount) error {
 		}
 		if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 			return wrap("remount read-only", err)
+		}
+	case OpDevice:
+		var st unix.Stat_t
+		if err := unix.Stat(m.Source, &st); err != nil {
+			return fmt.Errorf("stat device %s: %w", m.Source, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+			return fmt.Errorf("device %s is not a character device", m.Source)
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return wrap("mkdir for", err)
+		}
+		if err := unix.Mknod(dst, unix.S_IFCHR|m.Mode, int(st.Rdev)); err != nil {
+			return wrap("mknod", err)
+		}
+		if err := os.Chown(dst, m.UID, m.GID); err != nil {
+			return wrap("chown device", err)
+		}
+		if err := os.Chmod(dst, os.FileMode(m.Mode)); err != nil {
+			return wrap("chmod device", err)
 		}
 	default:
 		return fmt.Errorf("unknown mount op %q for %s", m.Op, m.Target)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,7 +25,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// fakeFS is a host file system given as a map: "dir", "file" or "->target".
+// fakeFS is a host file system given as a map: "dir", "file", "chardev" or
+// "->target".
 type fakeFS map[string]string
 
 type fakeInfo struct {
@@ -48,6 +50,8 @@ func (f fakeFS) Lstat(name string) (fs.FileInfo, error) {
 		return fakeInfo{name, fs.ModeDir | 0o755}, nil
 	case strings.HasPrefix(v, "->"):
 		return fakeInfo{name, fs.ModeSymlink | 0o777}, nil
+	case v == "chardev":
+		return fakeInfo{name, fs.ModeDevice | fs.ModeCharDevice | 0o600}, nil
 	}
 	return fakeInfo{name, 0o644}, nil
 }
@@ -114,6 +118,28 @@ func TestPlanClosure(t *testing.T) {
 	golden(t, "plan-closure.txt", renderPlan(p))
 }
 
+func TestPlanExec(t *testing.T) {
+	host := fakeFS{
+		"/usr": "dir", "/bin": "->usr/bin", "/lib": "->usr/lib", "/lib64": "->usr/lib64",
+		"/etc/ld.so.cache": "file", "/etc/alternatives": "dir",
+		"/dev/net/tun": "chardev", "/dev/kvm": "chardev", "/dev/vhost-net": "file",
+	}
+	p, err := Plan(Config{
+		Hostname: "vm", TmpBytes: 1 << 20,
+		ClosurePaths: []string{"/nix/store/cccc-microvm-qemu-vm", "/nix/store/bbbb-busybox"},
+		Exec: &ExecSpec{
+			Argv: []string{"/nix/store/cccc-microvm-qemu-vm/bin/microvm-run"}, Dir: "/run/vms/w",
+			UID: 65534, GID: 65533,
+			Writable: []string{"/run/vms/w", "/srv/ctl", "/srv/ws"},
+			ReadOnly: []string{"/opt/runner"},
+		},
+	}, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "plan-exec.txt", renderPlan(p))
+}
+
 func TestPlanErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -126,6 +152,12 @@ func TestPlanErrors(t *testing.T) {
 		{"bad store path", Config{Workspace: "/w", ControlDir: "/c", ClosurePaths: []string{"/nix/store/x/../../etc"}}, fakeFS{}, "not a /nix/store"},
 		{"env outside closure", Config{Workspace: "/w", ControlDir: "/c", ClosurePaths: []string{"/nix/store/a-x"}, EnvPath: "/nix/store/b-env"}, fakeFS{}, "not one of the closure"},
 		{"env without closure", Config{Workspace: "/w", ControlDir: "/c", EnvPath: "/nix/store/b-env"}, fakeFS{"/usr": "dir"}, "without its closure"},
+		{"exec with workspace", Config{Workspace: "/w", Exec: &ExecSpec{Argv: []string{"/usr/bin/qemu"}, Dir: "/w", Writable: []string{"/w"}, UID: 1, GID: 1}}, fakeFS{"/usr": "dir"}, "no workspace"},
+		{"exec as root", Config{Exec: &ExecSpec{Argv: []string{"/usr/bin/qemu"}, Dir: "/w", Writable: []string{"/w"}}}, fakeFS{"/usr": "dir"}, "unprivileged"},
+		{"exec relative argv", Config{Exec: &ExecSpec{Argv: []string{"qemu"}, Dir: "/w", Writable: []string{"/w"}, UID: 1, GID: 1}}, fakeFS{"/usr": "dir"}, "absolute path"},
+		{"exec dir not writable", Config{Exec: &ExecSpec{Argv: []string{"/q"}, Dir: "/x", Writable: []string{"/w"}, UID: 1, GID: 1}}, fakeFS{"/usr": "dir"}, "not in a writable bind"},
+		{"exec bind over proc", Config{Exec: &ExecSpec{Argv: []string{"/q"}, Dir: "/w", Writable: []string{"/w", "/proc/1"}, UID: 1, GID: 1}}, fakeFS{"/usr": "dir"}, "cover the jail's own /proc"},
+		{"exec bind over usr", Config{Exec: &ExecSpec{Argv: []string{"/q"}, Dir: "/w", Writable: []string{"/w"}, ReadOnly: []string{"/usr"}, UID: 1, GID: 1}}, fakeFS{"/usr": "dir"}, "cover the jail's own /usr"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Plan(tc.cfg, tc.host)
@@ -340,5 +372,119 @@ func TestJailInitPath(t *testing.T) {
 	cfg.InitPath = "relative/init"
 	if _, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "not an absolute path") {
 		t.Fatalf("Start with a relative init: %v", err)
+	}
+}
+
+// execFixture is an exec-mode jail running script with /bin/sh as
+// 65534:65534 in a working directory it owns.
+func execFixture(t *testing.T, script string) (Config, *bytes.Buffer) {
+	t.Helper()
+	testtier.Root(t)
+	name := netns.Name(fmt.Sprintf("jx%d", time.Now().UnixNano()%1e6), t.Name())
+	ns, err := netns.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ns.Delete() })
+	dir := t.TempDir()
+	work, root := filepath.Join(dir, "work"), filepath.Join(dir, "root")
+	for _, d := range []string{work, root} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(work, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	var console bytes.Buffer
+	return Config{
+		RootDir: root, Hostname: "x", NetnsPath: ns.Path(), Console: &console,
+		Exec: &ExecSpec{
+			Argv: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin", "A=1"},
+			Dir: work, UID: 65534, GID: 65534, Writable: []string{work},
+		},
+	}, &console
+}
+
+func TestJailExec(t *testing.T) {
+	cfg, console := execFixture(t, `
+grep -E '^(Uid|Gid|Groups|CapEff|CapPrm|CapAmb|NoNewPrivs)' /proc/self/status
+echo "pwd=$(pwd) env=$A pid1=$(cat /proc/1/cmdline | tr '\0' ' ')"
+ls -ln /dev/net/tun
+echo made > here.txt && echo wrote-workdir
+touch /usr/x 2>/dev/null && echo ESCAPE-usr
+touch /etc/x 2>/dev/null && echo ESCAPE-etc
+test -e /run/netns && echo ESCAPE-run
+exec 3<>/dev/net/tun && echo tun-opens
+exit 5`)
+	p, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(); err != nil {
+		t.Fatal(err)
+	}
+	err = p.Wait()
+	out := console.String()
+	t.Logf("console:\n%s", out)
+	if err == nil || !strings.Contains(err.Error(), "exit status 5") {
+		t.Errorf("Wait = %v, want the program's exit status 5", err)
+	}
+	if strings.Contains(out, "ESCAPE") {
+		t.Errorf("the program got out of the jail's limits")
+	}
+	for _, want := range []string{"Uid:\t65534\t65534\t65534\t65534", "Gid:\t65534", "Groups:\t \n", "CapEff:\t0000000000000000",
+		"CapPrm:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1",
+		"pwd=" + cfg.Exec.Dir + " env=1 pid1=agentsandbox-init " + InitArg, "crw------- 1 65534 65534 10, 200", "wrote-workdir", "tun-opens"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("console lacks %q", want)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(cfg.Exec.Dir, "here.txt")); err != nil || string(b) != "made\n" {
+		t.Errorf("here.txt = %q, %v", b, err)
+	}
+}
+
+// TestJailExecForwardsSIGTERM: the init passes SIGTERM to the program and
+// exits with its status.
+func TestJailExecForwardsSIGTERM(t *testing.T) {
+	cfg, console := execFixture(t, `trap 'echo got-term; exit 9' TERM; echo waiting > ready; while :; do sleep 0.05; done`)
+	p, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(cfg.Exec.Dir, "ready")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			p.Kill()
+			t.Fatalf("the program did not start; console %q", console)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := syscall.Kill(p.Pid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = p.Wait()
+	if err == nil || !strings.Contains(err.Error(), "exit status 9") || !strings.Contains(console.String(), "got-term") {
+		t.Fatalf("Wait = %v, console %q; want the trap's exit status 9", err, console)
+	}
+}
+
+func TestJailExecStartError(t *testing.T) {
+	cfg, _ := execFixture(t, "true")
+	cfg.Exec.Argv = []string{"/nonexistent/hypervisor"}
+	p, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.Release()
+	if err == nil || !strings.Contains(err.Error(), "jail setup: start /nonexistent/hypervisor as uid 65534") {
+		t.Fatalf("Release: %v, want a setup error naming the program", err)
 	}
 }

@@ -52,9 +52,40 @@ type Config struct {
 	// package init of the binary runs before MaybeInit can take over.
 	InitPath string
 
+	// Exec, when set, puts the jail in exec mode: instead of running a job
+	// with the guest agent, the init runs Exec.Argv as an unprivileged
+	// child (a hypervisor) and exits with its status. Workspace and
+	// ControlDir must then be empty; Exec.Writable replaces them.
+	Exec *ExecSpec
+
 	// initFiles are the init binary's loader and libraries when it is
 	// dynamically linked (see runtimeFiles); Start fills them in.
 	initFiles []string
+}
+
+// ExecSpec is what the jail runs in exec mode, the way Firecracker's
+// jailer runs Firecracker: a program from the host's /usr (or from
+// ClosurePaths) in a root of read-only binds, its device nodes made for it,
+// as UID/GID with no capabilities and no_new_privs.
+type ExecSpec struct {
+	// Argv is the program and its arguments; Argv[0] is an absolute path
+	// inside the jail (host and closure paths keep their names).
+	Argv []string
+	// Env is the program's whole environment.
+	Env []string
+	// Dir is the program's working directory; it must be one of Writable
+	// or below one.
+	Dir string
+	// UID and GID run the program; both must be non-zero. The device
+	// nodes (HypervisorDevices) are made owned by them, mode 0600.
+	UID, GID int
+	// Writable are host directories bound read-write at their own paths
+	// (nosuid, nodev), such as a VM's working directory and the share
+	// sources its symlinks point to.
+	Writable []string
+	// ReadOnly are host paths bound read-only at their own paths (a runner
+	// directory outside the Nix store).
+	ReadOnly []string
 }
 
 // Op is the kind of one Mount.
@@ -71,6 +102,7 @@ const (
 	OpDevpts  Op = "devpts"  // a new devpts instance on Target
 	OpMask    Op = "mask"    // hide Target if it exists: /dev/null over a file, an empty read-only tmpfs over a directory
 	OpRdonly  Op = "rdonly"  // remount Target read-only if it exists
+	OpDevice  Op = "device"  // mknod Target as the character device Source is, with Mode, owned by UID:GID
 )
 
 // Mount is one step of building the root. Flags are mount flag names
@@ -83,6 +115,8 @@ type Mount struct {
 	Flags    string `json:"flags,omitempty"`
 	ReadOnly bool   `json:"readOnly,omitempty"`
 	Mode     uint32 `json:"mode,omitempty"`
+	UID      int    `json:"uid,omitempty"`
+	GID      int    `json:"gid,omitempty"`
 }
 
 // String renders the step on one line, for golden files and errors.
@@ -100,6 +134,9 @@ func (m Mount) String() string {
 	}
 	if m.Mode != 0 {
 		fmt.Fprintf(&b, " mode=%04o", m.Mode)
+	}
+	if m.UID != 0 || m.GID != 0 {
+		fmt.Fprintf(&b, " owner=%d:%d", m.UID, m.GID)
 	}
 	if m.Data != "" && m.Op != OpFile {
 		fmt.Fprintf(&b, " data=%s", m.Data)
@@ -135,6 +172,10 @@ var hostEtcBinds = []string{"/etc/ld.so.cache", "/etc/alternatives"}
 // devices are bound from the host's /dev.
 var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
+// HypervisorDevices are made in an exec-mode jail's /dev, owned by the
+// program's uid, when the host has them: KVM, taps, vhost-net and vsock.
+var HypervisorDevices = []string{"/dev/kvm", "/dev/net/tun", "/dev/vhost-net", "/dev/vhost-vsock"}
+
 // maskedPaths and readonlyPaths are runc's defaults for /proc.
 var (
 	maskedPaths = []string{
@@ -158,6 +199,9 @@ const (
 // pure apart from looking at the host through host, so tests compare it
 // with a golden file.
 func Plan(cfg Config, host HostFS) ([]Mount, error) {
+	if cfg.Exec != nil {
+		return execPlan(cfg, host)
+	}
 	if cfg.Workspace == "" || !filepath.IsAbs(cfg.Workspace) {
 		return nil, fmt.Errorf("jail plan: workspace %q must be an absolute path", cfg.Workspace)
 	}
@@ -188,53 +232,143 @@ func Plan(cfg Config, host HostFS) ([]Mount, error) {
 		}
 	}
 
-	// /etc: generated, plus the host's linker cache and alternatives when
-	// the root is the host's.
-	add(Mount{Op: OpDir, Target: "/etc", Mode: 0o755},
-		Mount{Op: OpFile, Target: "/etc/passwd", Data: etcPasswd, Mode: 0o644},
-		Mount{Op: OpFile, Target: "/etc/group", Data: etcGroup, Mode: 0o644},
-		Mount{Op: OpFile, Target: "/etc/hosts", Data: etcHosts, Mode: 0o644},
-		Mount{Op: OpFile, Target: "/etc/hostname", Data: cfg.Hostname + "\n", Mode: 0o644},
-		Mount{Op: OpFile, Target: "/etc/nsswitch.conf", Data: etcNsswitch, Mode: 0o644})
-	if len(cfg.ClosurePaths) == 0 {
-		for _, e := range hostEtcBinds {
-			if _, err := host.Lstat(e); err == nil {
-				add(Mount{Op: OpBind, Source: e, Target: e, ReadOnly: true, Flags: "nosuid,nodev"})
-			}
-		}
-	}
-
+	add(etc(cfg, host, len(cfg.ClosurePaths) == 0)...)
 	add(Mount{Op: OpDir, Target: "/root", Mode: 0o700},
 		Mount{Op: OpBind, Source: cfg.Workspace, Target: guest.WorkspaceMount, Flags: "nosuid,nodev"},
 		Mount{Op: OpDir, Target: "/run", Mode: 0o755},
 		Mount{Op: OpBind, Source: cfg.ControlDir, Target: guest.ControlMount, Flags: "nosuid,nodev,noexec"})
+	add(tmp(cfg.TmpBytes))
+	add(dev()...)
+	add(proc()...)
+	return p, nil
+}
 
-	tmpData := "mode=1777"
-	if cfg.TmpBytes > 0 {
-		tmpData += fmt.Sprintf(",size=%d", cfg.TmpBytes)
+// execPlan is the root of an exec-mode jail: the host's /usr, /bin, /lib*
+// (a hypervisor from the host, such as Debian's qemu, and its firmware
+// under /usr/share) plus the closure's store paths, the generated /etc, the
+// writable and read-only directories at their own paths, and a /dev that
+// also holds the hypervisor's device nodes, owned by its uid.
+func execPlan(cfg Config, host HostFS) ([]Mount, error) {
+	x := cfg.Exec
+	switch {
+	case cfg.Workspace != "" || cfg.ControlDir != "":
+		return nil, errors.New("jail plan: exec mode takes no workspace or control dir (bind them with Exec.Writable)")
+	case cfg.EnvPath != "":
+		return nil, errors.New("jail plan: exec mode takes no env path")
+	case len(x.Argv) == 0 || !filepath.IsAbs(x.Argv[0]):
+		return nil, fmt.Errorf("jail plan: exec argv %q must start with an absolute path", x.Argv)
+	case x.UID <= 0 || x.GID <= 0:
+		return nil, fmt.Errorf("jail plan: exec uid %d and gid %d must be unprivileged (non-zero)", x.UID, x.GID)
 	}
-	add(Mount{Op: OpTmpfs, Target: "/tmp", Data: tmpData, Flags: "nosuid,nodev"})
+	for _, d := range append(append([]string(nil), x.Writable...), x.ReadOnly...) {
+		if !filepath.IsAbs(d) || filepath.Clean(d) != d {
+			return nil, fmt.Errorf("jail plan: bind %q must be a clean absolute path", d)
+		}
+		for _, own := range []string{"/", "/dev", "/proc", "/sys", "/etc", "/tmp", "/usr", "/nix/store"} {
+			under := own == "/dev" || own == "/proc" || own == "/sys"
+			if d == own || (under && strings.HasPrefix(d, own+"/")) {
+				return nil, fmt.Errorf("jail plan: bind %q would cover the jail's own %s", d, own)
+			}
+		}
+	}
+	inWritable := false
+	for _, w := range x.Writable {
+		if x.Dir == w || strings.HasPrefix(x.Dir, w+"/") {
+			inWritable = true
+		}
+	}
+	if !inWritable {
+		return nil, fmt.Errorf("jail plan: exec working directory %q is not in a writable bind %q", x.Dir, x.Writable)
+	}
 
-	add(Mount{Op: OpTmpfs, Target: "/dev", Data: "mode=755,size=65536", Flags: "nosuid,noexec"})
+	var p []Mount
+	add := func(m ...Mount) { p = append(p, m...) }
+	ms, err := hostRoot(host)
+	if err != nil {
+		return nil, err
+	}
+	add(ms...)
+	if len(cfg.ClosurePaths) > 0 {
+		ms, err := closureRoot(cfg.ClosurePaths, "", host)
+		if err != nil {
+			return nil, err
+		}
+		add(ms...)
+	}
+	add(etc(cfg, host, true)...)
+	add(tmp(cfg.TmpBytes))
+	for _, d := range x.ReadOnly {
+		add(Mount{Op: OpBind, Source: d, Target: d, ReadOnly: true, Flags: "nosuid,nodev"})
+	}
+	for _, d := range x.Writable {
+		add(Mount{Op: OpBind, Source: d, Target: d, Flags: "nosuid,nodev"})
+	}
+	add(dev()...)
+	for _, d := range HypervisorDevices {
+		fi, err := host.Lstat(d)
+		if err != nil || fi.Mode()&fs.ModeCharDevice == 0 {
+			continue
+		}
+		add(Mount{Op: OpDevice, Source: d, Target: d, Mode: 0o600, UID: x.UID, GID: x.GID})
+	}
+	add(proc()...)
+	return p, nil
+}
+
+// etc is the generated /etc, plus the host's linker cache and alternatives
+// when the root has the host's /usr.
+func etc(cfg Config, host HostFS, hostUsr bool) []Mount {
+	p := []Mount{{Op: OpDir, Target: "/etc", Mode: 0o755},
+		{Op: OpFile, Target: "/etc/passwd", Data: etcPasswd, Mode: 0o644},
+		{Op: OpFile, Target: "/etc/group", Data: etcGroup, Mode: 0o644},
+		{Op: OpFile, Target: "/etc/hosts", Data: etcHosts, Mode: 0o644},
+		{Op: OpFile, Target: "/etc/hostname", Data: cfg.Hostname + "\n", Mode: 0o644},
+		{Op: OpFile, Target: "/etc/nsswitch.conf", Data: etcNsswitch, Mode: 0o644}}
+	if hostUsr {
+		for _, e := range hostEtcBinds {
+			if _, err := host.Lstat(e); err == nil {
+				p = append(p, Mount{Op: OpBind, Source: e, Target: e, ReadOnly: true, Flags: "nosuid,nodev"})
+			}
+		}
+	}
+	return p
+}
+
+func tmp(size int64) Mount {
+	data := "mode=1777"
+	if size > 0 {
+		data += fmt.Sprintf(",size=%d", size)
+	}
+	return Mount{Op: OpTmpfs, Target: "/tmp", Data: data, Flags: "nosuid,nodev"}
+}
+
+// dev is the minimal /dev. It is not nodev: an exec-mode jail makes its
+// device nodes in it.
+func dev() []Mount {
+	p := []Mount{{Op: OpTmpfs, Target: "/dev", Data: "mode=755,size=65536", Flags: "nosuid,noexec"}}
 	for _, d := range devices {
-		add(Mount{Op: OpBind, Source: "/dev/" + d, Target: "/dev/" + d, Flags: "nosuid,noexec"})
+		p = append(p, Mount{Op: OpBind, Source: "/dev/" + d, Target: "/dev/" + d, Flags: "nosuid,noexec"})
 	}
-	add(Mount{Op: OpDevpts, Target: "/dev/pts", Data: "newinstance,ptmxmode=0666,mode=0620", Flags: "nosuid,noexec"},
+	return append(p,
+		Mount{Op: OpDevpts, Target: "/dev/pts", Data: "newinstance,ptmxmode=0666,mode=0620", Flags: "nosuid,noexec"},
 		Mount{Op: OpSymlink, Source: "pts/ptmx", Target: "/dev/ptmx"},
 		Mount{Op: OpTmpfs, Target: "/dev/shm", Data: "mode=1777", Flags: "nosuid,nodev,noexec"},
 		Mount{Op: OpSymlink, Source: "/proc/self/fd", Target: "/dev/fd"},
 		Mount{Op: OpSymlink, Source: "/proc/self/fd/0", Target: "/dev/stdin"},
 		Mount{Op: OpSymlink, Source: "/proc/self/fd/1", Target: "/dev/stdout"},
 		Mount{Op: OpSymlink, Source: "/proc/self/fd/2", Target: "/dev/stderr"})
+}
 
-	add(Mount{Op: OpProc, Target: "/proc", Flags: "nosuid,nodev,noexec"})
+// proc is a fresh /proc with runc's masked and read-only paths.
+func proc() []Mount {
+	p := []Mount{{Op: OpProc, Target: "/proc", Flags: "nosuid,nodev,noexec"}}
 	for _, m := range maskedPaths {
-		add(Mount{Op: OpMask, Target: m})
+		p = append(p, Mount{Op: OpMask, Target: m})
 	}
 	for _, r := range readonlyPaths {
-		add(Mount{Op: OpRdonly, Target: r})
+		p = append(p, Mount{Op: OpRdonly, Target: r})
 	}
-	return p, nil
+	return p
 }
 
 // hostRoot binds the host's system directories. A usr-merge symlink such as

@@ -26,13 +26,15 @@ const (
 	envStatusFD = "_AGENTSANDBOX_STATUS_FD" // write end: ready/error messages to the parent
 	envNetnsFD  = "_AGENTSANDBOX_NETNS_FD"  // the network namespace to join
 	envStage    = "_AGENTSANDBOX_INIT_STAGE"
+	envExec     = "_AGENTSANDBOX_EXEC" // exec mode: the ExecSpec as JSON, for stage 2
 )
 
 // childConfig is the JSON the parent sends on Release.
 type childConfig struct {
-	RootDir  string  `json:"rootDir"`
-	Hostname string  `json:"hostname"`
-	Plan     []Mount `json:"plan"`
+	RootDir  string    `json:"rootDir"`
+	Hostname string    `json:"hostname"`
+	Plan     []Mount   `json:"plan"`
+	Exec     *ExecSpec `json:"exec,omitempty"`
 }
 
 // message is what the init reports back, one JSON object per message.
@@ -71,7 +73,7 @@ func Start(cfg Config) (*Process, error) {
 	} else if !filepath.IsAbs(initPath) {
 		return nil, fmt.Errorf("start jail: init binary %q is not an absolute path", initPath)
 	}
-	if len(cfg.ClosurePaths) > 0 {
+	if len(cfg.ClosurePaths) > 0 && cfg.Exec == nil {
 		files, err := runtimeFiles(initPath)
 		if err != nil {
 			return nil, fmt.Errorf("start jail: %w", err)
@@ -82,7 +84,7 @@ func Start(cfg Config) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start jail: %w", err)
 	}
-	config, err := json.Marshal(childConfig{RootDir: cfg.RootDir, Hostname: cfg.Hostname, Plan: plan})
+	config, err := json.Marshal(childConfig{RootDir: cfg.RootDir, Hostname: cfg.Hostname, Plan: plan, Exec: cfg.Exec})
 	if err != nil {
 		return nil, fmt.Errorf("start jail: encode config: %w", err)
 	}
@@ -211,8 +213,9 @@ func (p *Process) collect() {
 func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Wait waits for the init to exit. It returns nil when the init exited 0,
-// which it does only after result.json was written; otherwise the init's
-// exit status and any error it reported.
+// which in job mode it does only after result.json was written and in exec
+// mode when the program exited 0; otherwise the init's exit status (in exec
+// mode the program's, 128+n for signal n) and any error it reported.
 func (p *Process) Wait() error {
 	<-p.done
 	p.mu.Lock()
