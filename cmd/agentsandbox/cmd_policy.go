@@ -185,4 +185,3 @@ func evalHostFacts(ctx context.Context, file string) (policy.Host, error) {
 	}
 	return h, nil
 }
-
