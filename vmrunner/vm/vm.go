@@ -4,25 +4,30 @@
 //
 // Run, for one step, records in the step's state file and then creates: the
 // netns (netns.Name(run, step)) with the runner's taps
-// (share/microvm/tap-interfaces, flags from tap-flags, owned by root, who
-// runs the hypervisor), the cgroup (/agentsandbox/RUN/STEP) sized for guest
+// (share/microvm/tap-interfaces, flags from tap-flags, owned by the
+// hypervisor's uid), the cgroup (/agentsandbox/RUN/STEP) sized for guest
 // memory plus MemoryOverhead, and the VM's own working directory, holding
 // the links ./control → the step's control directory and ./workspace → its
 // workspace that the runner's 9p shares name (see docs/vm.md). It writes
-// job.json, starts microvm-run there, in the netns and the cgroup, sends
-// the runner's stdout and stderr (the guest console) to StepSpec.Console and
-// to console.log in the control directory, and waits with a host deadline
-// of the step's timeout plus BootAllowance. Past it, it asks the guest to
-// power off (bin/microvm-shutdown, else QMP system_powerdown), then quits
-// qemu over QMP, then kills the cgroup.
+// job.json and starts microvm-run there inside a jail.Config.Exec jail,
+// the way Firecracker's jailer wraps Firecracker: in the netns and the
+// cgroup, on a read-only root of the host's /usr and the runner's closure,
+// with the working directory and the two share sources bound read-write at
+// their own paths, /dev/kvm and /dev/net/tun made for it, as HypervisorUID
+// (the job's uid; HypervisorFallbackUID for a uid-0 job) and HypervisorGID,
+// with no capabilities and no_new_privs. It sends the runner's stdout and
+// stderr (the guest console) to StepSpec.Console and to console.log in the
+// control directory, and waits with a host deadline of the step's timeout
+// plus BootAllowance. Past it, it asks the guest to power off
+// (bin/microvm-shutdown, else QMP system_powerdown), then quits qemu over
+// QMP, then kills the cgroup.
 //
 // The step's status comes from result.json only; a guest that ends without
 // one failed ("guest panicked" when the console showed a kernel panic).
 // Everything is removed on every way out, including a cancelled context.
 //
-// The runner is not yet wrapped in the jail (vmrunner/jail runs only the
-// guest agent); it runs as root in the netns and cgroup. KVM is used when
-// the probe (ProbeKVM) shows it works, otherwise TCG with a warning.
+// KVM is used when the probe (ProbeKVM) shows it works, otherwise TCG with
+// a warning.
 package vm
 
 import (
@@ -38,13 +43,14 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
+	"github.com/agentsandbox/agentsandbox/vmrunner/nixbuild"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -72,6 +78,27 @@ const (
 	// limit is the guest kernel's business).
 	HypervisorPIDs = 512
 )
+
+// The hypervisor's credentials. 9p shares with securityModel "none" (what
+// nixgen generates) store every file the guest creates as the hypervisor's
+// uid and report host ownership to the guest, so the hypervisor runs as the
+// job's own uid: what the job creates is the job's on both sides. A uid-0
+// job gets HypervisorFallbackUID instead; the hypervisor never runs as root.
+// Its group is HypervisorGID, which owns the control directory (root,
+// mode 0770): the hypervisor can write result.json there, the job (another
+// group) cannot even list it.
+const (
+	HypervisorFallbackUID = 65533 // "agentsandbox-vm"
+	HypervisorGID         = 65533 // "agentsandbox-vm"
+)
+
+// HypervisorUID is the uid the hypervisor of a job run as jobUID runs as.
+func HypervisorUID(jobUID int) int {
+	if jobUID <= 0 {
+		return HypervisorFallbackUID
+	}
+	return jobUID
+}
 
 // Markers the backend looks for on the console.
 const (
@@ -203,6 +230,8 @@ func check(spec vmrunner.StepSpec) error {
 		return ErrEgressUnsupported
 	case spec.Workspace == "" || spec.ControlDir == "":
 		return errors.New("workspace and control directory are required")
+	case spec.Job.GID == HypervisorGID:
+		return fmt.Errorf("job gid %d is the hypervisor's group, which can read and write the control directory: run the job as another group", HypervisorGID)
 	}
 	return nil
 }
@@ -223,7 +252,8 @@ type run struct {
 	ns      *netns.NS
 	cg      *cgroup.Group
 	workDir string
-	cmd     *exec.Cmd
+	rootDir string // the jail's root mount point
+	proc    *jail.Process
 	done    chan struct{}
 	waitErr error
 }
@@ -232,14 +262,14 @@ func (r *run) record() error { return vmrunner.WriteState(r.b.opts.StateDir, r.s
 
 func (r *run) cleanup() error {
 	var errs []error
-	if r.cmd != nil && r.cmd.Process != nil {
+	if r.proc != nil {
 		select {
 		case <-r.done:
 		default:
 			if r.cg != nil {
 				_ = r.cg.Kill()
 			}
-			_ = r.cmd.Process.Kill()
+			_ = r.proc.Kill()
 			<-r.done
 		}
 	}
@@ -269,6 +299,12 @@ func (r *run) cleanup() error {
 		}
 		if err := os.Remove(r.workDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("remove VM working directory: %w", err))
+		}
+	}
+	if r.rootDir != "" {
+		// Empty on the host: the jail's mounts lived in its namespace only.
+		if err := os.Remove(r.rootDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove jail root mount point: %w", err))
 		}
 	}
 	if len(errs) > 0 {
@@ -320,9 +356,11 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	nsName := netns.Name(spec.RunID, name)
 	cgPath := CgroupPath(spec.RunID, name)
 	workDir := filepath.Join(b.opts.WorkDir, nsName)
+	rootDir := workDir + ".root"
+	hvUID := HypervisorUID(spec.Job.UID)
 	r.state.Netns = []string{nsName}
 	r.state.Cgroups = []string{cgPath}
-	r.state.Dirs = []string{workDir}
+	r.state.Dirs = []string{workDir, rootDir}
 	if err := r.record(); err != nil {
 		return res, err
 	}
@@ -333,8 +371,11 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 		return res, err
 	}
 	for _, tap := range ri.Taps {
-		if _, err := r.ns.CreateTap(tap, 0, ri.TapMultiQueue, ri.TapVnetHdr); err != nil {
+		if _, err := r.ns.CreateTap(tap, hvUID, ri.TapMultiQueue, ri.TapVnetHdr); err != nil {
 			return res, fmt.Errorf("create tap %q in netns %q: %w", tap, nsName, err)
+		}
+		if err := setTapGroup(r.ns, tap, HypervisorGID, ri.TapMultiQueue, ri.TapVnetHdr); err != nil {
+			return res, err
 		}
 	}
 	if r.cg, err = cgroup.New(cgPath, Limits(spec.Step.Resources)); err != nil {
@@ -347,17 +388,36 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 		return res, fmt.Errorf("create VM working directory: %w", err)
 	}
 	r.workDir = workDir
+	if err := os.Chown(workDir, hvUID, HypervisorGID); err != nil {
+		return res, fmt.Errorf("give the VM working directory to the hypervisor's uid %d: %w", hvUID, err)
+	}
+	if err := os.Mkdir(rootDir, 0o700); err != nil {
+		return res, fmt.Errorf("create jail root mount point: %w", err)
+	}
+	r.rootDir = rootDir
 	if err := linkShares(workDir, spec); err != nil {
 		return res, err
 	}
-	if err := prepareDirs(spec); err != nil {
+	if err := prepareDirs(spec, hvUID); err != nil {
 		return res, err
 	}
 	jb, err := json.Marshal(job(spec))
 	if err != nil {
 		return res, fmt.Errorf("encode job: %w", err)
 	}
-	if err := vmrunner.WriteFileAtomic(filepath.Join(spec.ControlDir, guest.JobFile), jb, 0o600); err != nil {
+	jobFile := filepath.Join(spec.ControlDir, guest.JobFile)
+	if err := vmrunner.WriteFileAtomic(jobFile, jb, 0o640); err != nil {
+		return res, err
+	}
+	// The hypervisor reads it for the guest agent through the 9p share.
+	if err := os.Chown(jobFile, 0, HypervisorGID); err != nil {
+		return res, fmt.Errorf("give job.json to the hypervisor's group: %w", err)
+	}
+	if err := os.Chmod(jobFile, 0o640); err != nil {
+		return res, fmt.Errorf("give job.json to the hypervisor's group: %w", err)
+	}
+	closure, err := runnerClosure(ctx, spec)
+	if err != nil {
 		return res, err
 	}
 	logf, err := os.OpenFile(filepath.Join(spec.ControlDir, ConsoleLog), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
@@ -370,11 +430,81 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	if spec.Console != nil {
 		outs = append(outs, spec.Console)
 	}
-	if err := r.start(ri, accel, &crlfWriter{w: io.MultiWriter(outs...)}); err != nil {
+	cfg := JailConfig(spec, ri, accel, workDir, rootDir, closure)
+	cfg.NetnsPath = r.ns.Path()
+	cfg.Console = &crlfWriter{w: io.MultiWriter(outs...)}
+	if err := r.start(ctx, cfg); err != nil {
 		return res, err
 	}
 	return b.wait(ctx, r, ri, spec, con, res)
 }
+
+// runnerClosure is what the jail binds of the Nix store: the spec's closure
+// paths (the runner's closure, from the pipeline), else the closure Nix
+// reports for a runner in the store; a runner outside the store is bound
+// by JailConfig on its own.
+func runnerClosure(ctx context.Context, spec vmrunner.StepSpec) ([]string, error) {
+	if len(spec.ClosurePaths) > 0 || !strings.HasPrefix(spec.Runner, "/nix/store/") {
+		return spec.ClosurePaths, nil
+	}
+	infos, err := nixbuild.Closure(ctx, []string{storePathOf(spec.Runner)})
+	if err != nil {
+		return nil, fmt.Errorf("list the runner's closure for its jail: %w", err)
+	}
+	paths := make([]string, len(infos))
+	for i, pi := range infos {
+		paths[i] = pi.Path
+	}
+	return paths, nil
+}
+
+// storePathOf cuts a path inside the store to its /nix/store/<hash>-<name>.
+func storePathOf(p string) string {
+	parts := strings.SplitN(strings.TrimPrefix(filepath.Clean(p), "/nix/store/"), "/", 2)
+	return "/nix/store/" + parts[0]
+}
+
+// JailConfig is the exec-mode jail microvm-run runs in (see the package
+// documentation); the caller adds the netns and the console. Share sources
+// are bound at their own paths, where the working directory's links point.
+func JailConfig(spec vmrunner.StepSpec, ri RunnerInfo, accel, workDir, rootDir string, closure []string) jail.Config {
+	x := &jail.ExecSpec{
+		Argv:     RunnerCommand(ri.Dir),
+		Env:      RunnerEnv(accel),
+		Dir:      workDir,
+		UID:      HypervisorUID(spec.Job.UID),
+		GID:      HypervisorGID,
+		Writable: []string{workDir, absPath(spec.ControlDir), absPath(spec.Workspace)},
+	}
+	var paths []string
+	for _, p := range closure {
+		paths = append(paths, storePathOf(p))
+	}
+	if strings.HasPrefix(ri.Dir, "/nix/store/") {
+		paths = append(paths, storePathOf(ri.Dir))
+	} else {
+		x.ReadOnly = []string{absPath(ri.Dir)}
+	}
+	return jail.Config{
+		RootDir:      rootDir,
+		Hostname:     spec.Step.Name,
+		ClosurePaths: paths,
+		TmpBytes:     JailTmpBytes,
+		Exec:         x,
+	}
+}
+
+// absPath is p made absolute (as linkShares links it) and clean.
+func absPath(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return filepath.Clean(p)
+}
+
+// JailTmpBytes sizes the hypervisor's /tmp in its jail (qemu writes none
+// for these runners; it is there for runners that do).
+const JailTmpBytes = 16 << 20
 
 // linkShares makes the VM working directory's ./control and ./workspace,
 // the relative 9p share sources of every runner.
@@ -394,14 +524,15 @@ func linkShares(workDir string, spec vmrunner.StepSpec) error {
 	return nil
 }
 
-// prepareDirs makes the control directory root-only, gives the workspace
-// to the job's user (9p passthrough keeps host ownership) and removes
-// stale results.
-func prepareDirs(spec vmrunner.StepSpec) error {
-	if err := os.Chown(spec.ControlDir, 0, 0); err != nil {
+// prepareDirs gives the control directory to root and the hypervisor's
+// group (0770: the hypervisor writes the agent's files, the job cannot look
+// in), gives the workspace to the hypervisor's uid (the job's, see
+// HypervisorUID) and the job's gid, and removes stale results.
+func prepareDirs(spec vmrunner.StepSpec, hvUID int) error {
+	if err := os.Chown(spec.ControlDir, 0, HypervisorGID); err != nil {
 		return fmt.Errorf("seal control directory: %w", err)
 	}
-	if err := os.Chmod(spec.ControlDir, 0o700); err != nil {
+	if err := os.Chmod(spec.ControlDir, 0o770); err != nil {
 		return fmt.Errorf("seal control directory: %w", err)
 	}
 	for _, f := range []string{guest.ResultFile, guest.StdoutFile, guest.StderrFile, ConsoleLog} {
@@ -409,7 +540,7 @@ func prepareDirs(spec vmrunner.StepSpec) error {
 			return fmt.Errorf("remove stale %s: %w", f, err)
 		}
 	}
-	uid, gid := spec.Job.UID, spec.Job.GID
+	uid, gid := hvUID, spec.Job.GID
 	err := filepath.WalkDir(spec.Workspace, func(p string, _ fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -422,11 +553,10 @@ func prepareDirs(spec vmrunner.StepSpec) error {
 	return nil
 }
 
-// RunnerCommand is how the backend starts a runner: a shell that waits on
-// fd 3 until the process is in its cgroup (cgroup v1 has no clone-into
-// flag), then execs microvm-run.
+// RunnerCommand is what the jail runs: microvm-run itself. The jail holds
+// it until it is in its cgroup.
 func RunnerCommand(runner string) []string {
-	return []string{"/bin/sh", "-c", `read -r _ <&3 && exec "$0"`, filepath.Join(runner, "bin", "microvm-run")}
+	return []string{filepath.Join(runner, "bin", "microvm-run")}
 }
 
 // RunnerEnv is the runner's environment.
@@ -434,46 +564,39 @@ func RunnerEnv(accel string) []string {
 	return []string{"PATH=/usr/bin:/bin", "ACCEL=" + accel}
 }
 
-func (r *run) start(ri RunnerInfo, accel string, console io.Writer) error {
-	argv := RunnerCommand(ri.Dir)
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("start runner: %w", err)
-	}
-	defer pr.Close()
-	defer pw.Close()
-	cmd := &exec.Cmd{
-		Path:        argv[0],
-		Args:        argv,
-		Dir:         r.workDir,
-		Env:         RunnerEnv(accel),
-		Stdout:      console,
-		Stderr:      console,
-		ExtraFiles:  []*os.File{pr},
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-	}
+// start starts the jail in the step's cgroup (cloned into it on cgroup v2,
+// placed before release on v1) and releases it.
+func (r *run) start(ctx context.Context, cfg jail.Config) error {
 	cgFile, fdErr := r.cg.FD()
 	if fdErr == nil {
 		defer cgFile.Close()
-		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = int(cgFile.Fd())
+		cfg.CgroupFD = int(cgFile.Fd())
 	}
-	// The child inherits the netns of the thread that forks it.
-	if err := r.ns.Do(cmd.Start); err != nil {
-		return fmt.Errorf("start runner %s: %w", argv[len(argv)-1], err)
+	proc, err := jail.Start(cfg)
+	if err != nil {
+		return fmt.Errorf("start runner %s: %w", cfg.Exec.Argv[0], err)
 	}
-	r.cmd = cmd
+	r.proc = proc
 	go func() {
-		r.waitErr = cmd.Wait()
+		r.waitErr = proc.Wait()
 		close(r.done)
 	}()
 	if fdErr != nil {
-		if err := r.cg.Add(cmd.Process.Pid); err != nil {
+		if err := r.cg.Add(proc.Pid()); err != nil {
 			return err
 		}
 	}
-	if _, err := pw.Write([]byte("go\n")); err != nil {
-		return fmt.Errorf("release runner: %w", err)
+	released := make(chan error, 1)
+	go func() { released <- proc.Release() }()
+	select {
+	case err := <-released:
+		if err != nil {
+			return fmt.Errorf("start runner %s: %w", cfg.Exec.Argv[0], err)
+		}
+	case <-ctx.Done():
+		_ = proc.Kill()
+		<-released
+		return ctx.Err()
 	}
 	return nil
 }
@@ -670,7 +793,7 @@ func (r *run) shutdown(ri RunnerInfo, graceful bool) {
 		}
 	}
 	_ = r.cg.Kill()
-	_ = r.cmd.Process.Kill()
+	_ = r.proc.Kill()
 	<-r.done
 }
 

@@ -16,6 +16,8 @@ import (
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
+	"github.com/agentsandbox/agentsandbox/vmrunner/nixbuild"
 	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
 	"github.com/agentsandbox/agentsandbox/vmrunner/vm/vmfixture"
 	"github.com/agentsandbox/agentsandbox/workflow"
@@ -31,6 +33,7 @@ var shared struct {
 }
 
 func TestMain(m *testing.M) {
+	jail.MaybeInit()
 	code := m.Run()
 	if shared.tmp != "" {
 		os.RemoveAll(shared.tmp)
@@ -220,6 +223,15 @@ func TestTapInNetns(t *testing.T) {
 	b := newBackend(t, Options{})
 	s := spec(t, "tapped", runnertest.Sh("cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' ' | sort"))
 	s.Runner = dir
+	// The runner is a plain directory (bound on its own) whose script uses
+	// the fixture's kernel and initrd: the jail needs their closure.
+	infos, err := nixbuild.Closure(context.Background(), []string{fx.Dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pi := range infos {
+		s.ClosurePaths = append(s.ClosurePaths, pi.Path)
+	}
 	res := runnertest.RunStep(t, checked{t: t, b: b}, s)
 	if res.Status != vmrunner.StatusSucceeded {
 		t.Fatalf("result %+v; console:\n%s", res, runnertest.ReadLog(t, s, ConsoleLog))

@@ -21,6 +21,12 @@ const (
 	WorkspaceSource = "./workspace"
 )
 
+// ShareSecurityModel is the 9p security model of both shares, the one
+// nixgen generates: the hypervisor runs unprivileged in its jail, so it
+// cannot chown what the guest creates (passthrough would fail every create
+// by another uid); files belong to the hypervisor's uid on the host.
+const ShareSecurityModel = "none"
+
 // Options configure a fixture runner.
 type Options struct {
 	CacheDir     string // the unpacked kernel; CacheDir() when empty
@@ -120,8 +126,8 @@ func BuildParts(ctx context.Context, opts Options) (Parts, error) {
 		KernelParams: o.KernelParams,
 		Interfaces:   o.Interfaces,
 		Shares: []Share{
-			{Tag: guest.ControlTag, Source: ControlSource},
-			{Tag: guest.WorkspaceTag, Source: WorkspaceSource},
+			{Tag: guest.ControlTag, Source: ControlSource, SecurityModel: ShareSecurityModel},
+			{Tag: guest.WorkspaceTag, Source: WorkspaceSource, SecurityModel: ShareSecurityModel},
 		},
 	}
 	return Parts{Kernel: k, Initrd: buf.Bytes(), Runner: r, Opts: o}, nil
