@@ -3,11 +3,14 @@ package vm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -278,4 +281,101 @@ func TestProbeCache(t *testing.T) {
 	if ok, why := p.Probe(context.Background()); ok || why == "stale" {
 		t.Errorf("probe = %v, %q; a cache from another boot must be ignored", ok, why)
 	}
+}
+
+// TestHypervisorJailed looks at the running hypervisor from the host: it
+// runs as the job's uid with no capabilities and no_new_privs, in its own
+// mount namespace (whose root is the jail's), in the step's netns.
+func TestHypervisorJailed(t *testing.T) {
+	b := newBackend(t, Options{})
+	s := spec(t, "jailed", runnertest.Sh("echo jailed-up; sleep 60"))
+	console := runnertest.NewConsole("jailed-up")
+	s.Console = console
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := checked{t: t, b: b}.Run(ctx, s)
+		errc <- err
+	}()
+	select {
+	case <-console.Seen():
+	case err := <-errc:
+		t.Fatalf("Run ended before the job started: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the job did not start within 60 s")
+	}
+	pid := findHypervisor(t, CgroupPath(s.RunID, s.Step.Name))
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		fmt.Sprintf("Uid:\t%d\t%d\t%d\t%d\n", s.Job.UID, s.Job.UID, s.Job.UID, s.Job.UID),
+		fmt.Sprintf("Gid:\t%d\t%d\t%d\t%d\n", HypervisorGID, HypervisorGID, HypervisorGID, HypervisorGID),
+		"CapInh:\t0000000000000000\n", "CapPrm:\t0000000000000000\n", "CapEff:\t0000000000000000\n",
+		"CapAmb:\t0000000000000000\n", "NoNewPrivs:\t1\n",
+	}
+	for _, w := range want {
+		if !strings.Contains(string(status), w) {
+			t.Errorf("hypervisor %d status lacks %q:\n%s", pid, w, status)
+		}
+	}
+	for _, ns := range []string{"mnt", "pid"} {
+		host, _ := os.Readlink("/proc/self/ns/" + ns)
+		hv, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns))
+		if err != nil || hv == host {
+			t.Errorf("hypervisor %s namespace %q (%v), host's %q: want its own", ns, hv, err, host)
+		}
+	}
+	var stepNet, hvNet syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(netns.RunDir, netns.Name(s.RunID, s.Step.Name)), &stepNet); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &hvNet); err != nil {
+		t.Fatal(err)
+	}
+	if stepNet.Ino != hvNet.Ino {
+		t.Errorf("the hypervisor is not in the step's netns")
+	}
+	// Its root is the jail's: the generated /etc, no host /root or /sys.
+	if h, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/etc/hostname", pid)); err != nil || string(h) != "jailed\n" {
+		t.Errorf("hypervisor's /etc/hostname = %q, %v; want the jail's", h, err)
+	}
+	for _, p := range []string{"root/sys/kernel", "root/run/netns"} {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d/%s", pid, p)); err == nil {
+			t.Errorf("the hypervisor's root has /%s", strings.TrimPrefix(p, "root/"))
+		}
+	}
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run after cancel: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after the cancel")
+	}
+}
+
+// findHypervisor is the qemu process in the step's cgroup.
+func findHypervisor(t *testing.T, cg string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		cgs, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if strings.HasPrefix(string(comm), "qemu-system") && strings.Contains(string(cgs), cg+"\n") {
+			return pid
+		}
+	}
+	t.Fatalf("no qemu process in cgroup %s", cg)
+	return 0
 }
