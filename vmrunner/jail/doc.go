@@ -40,6 +40,14 @@
 // parent as JSON over a second pipe and surface from Release as, for
 // example, "jail setup: mount proc on /proc: permission denied".
 //
+// In exec mode (Config.Exec) the jail wraps a program instead, the way
+// Firecracker's jailer wraps Firecracker: the root adds the host's /usr and
+// the closure together, binds the ExecSpec's directories at their own
+// paths, and makes the hypervisor's device nodes (HypervisorDevices) owned
+// by its uid; the init starts the program as that non-zero uid and gid with
+// no capabilities, stays PID 1 to reap and forward SIGTERM and SIGINT, and
+// exits with the program's status. The vm backend runs microvm-run so.
+//
 // The jail's mounts live only in its mount namespace: when its last process
 // exits they are gone, so nothing needs unmounting on the host.
 //
