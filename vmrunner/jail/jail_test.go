@@ -377,7 +377,7 @@ func TestJailInitPath(t *testing.T) {
 
 // execFixture is an exec-mode jail running script with /bin/sh as
 // 65534:65534 in a working directory it owns.
-func execFixture(t *testing.T, script string) (Config, *bytes.Buffer) {
+func execFixture(t testing.TB, script string) (Config, *bytes.Buffer) {
 	t.Helper()
 	testtier.Root(t)
 	name := netns.Name(fmt.Sprintf("jx%d", time.Now().UnixNano()%1e6), t.Name())
