@@ -37,7 +37,7 @@ func assertClean(t *testing.T, opts Options, spec vmrunner.StepSpec) {
 	if _, err := os.Lstat(filepath.Join(netns.RunDir, name)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("netns %s left behind (%v)", name, err)
 	}
-	run := filepath.Dir(CgroupPath(spec.RunID, spec.Step.Name))
+	run := filepath.Dir(vmrunner.CgroupPath(spec.RunID, spec.Step.Name))
 	hier, _ := filepath.Glob(filepath.Join(cgroup.Mountpoint, "*"))
 	hier = append(hier, cgroup.Mountpoint)
 	for _, h := range hier {
@@ -198,7 +198,7 @@ func TestGCAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns.Close()
-	cgPath := CgroupPath(runID, "killed")
+	cgPath := vmrunner.CgroupPath(runID, "killed")
 	if _, err := cgroup.New(cgPath, cgroup.Limits{PIDs: 10}); err != nil {
 		netns.DeleteByName(name)
 		t.Fatal(err)

@@ -39,9 +39,6 @@ import (
 // DefaultJailDir holds the jails' (empty) root mount points.
 const DefaultJailDir = "/run/agentsandbox/jails"
 
-// CgroupRoot is the parent of every step's cgroup.
-const CgroupRoot = "/agentsandbox"
-
 // InitPIDs is added to a step's pids limit for the jail's init, a Go
 // program whose threads count against pids.max like the job's do.
 const InitPIDs = 16
@@ -50,9 +47,6 @@ const InitPIDs = 16
 // kills the whole cgroup itself: the agent's own SIGTERM-then-SIGKILL grace
 // plus time for it to write its result.
 const HostGrace = guest.KillGrace + 3*time.Second
-
-// ErrEgressUnsupported is returned for a step that asks for network egress.
-var ErrEgressUnsupported = errors.New("network egress is not supported yet: remove network.allow from the step (it would get loopback only)")
 
 // ErrPackagesWithoutNix is returned for a step that lists packages but
 // comes without a Nix closure.
@@ -87,27 +81,6 @@ func New(opts Options) *Backend {
 // Isolation is namespace.
 func (b *Backend) Isolation() workflow.Isolation { return workflow.IsolationNamespace }
 
-// CgroupPath is the cgroup of one step of one run.
-func CgroupPath(runID, step string) string {
-	return CgroupRoot + "/" + pathPart(runID) + "/" + pathPart(step)
-}
-
-func pathPart(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	if b.Len() == 0 {
-		return "_"
-	}
-	return b.String()
-}
-
 // Limits are the cgroup limits of a step.
 func Limits(r workflow.Resources) cgroup.Limits {
 	l := cgroup.Limits{MemoryBytes: r.Memory, VCPU: r.VCPU}
@@ -123,7 +96,7 @@ func check(spec vmrunner.StepSpec) error {
 	case spec.RunID == "" || spec.Step.Name == "":
 		return errors.New("run id and step name are required")
 	case spec.Step.Network.HasEgress():
-		return ErrEgressUnsupported
+		return vmrunner.ErrEgressUnsupported
 	case len(spec.Step.Packages) > 0 && len(spec.ClosurePaths) == 0:
 		return ErrPackagesWithoutNix
 	case spec.Workspace == "" || spec.ControlDir == "":
@@ -225,7 +198,7 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	}()
 
 	nsName := netns.Name(spec.RunID, name)
-	cgPath := CgroupPath(spec.RunID, name)
+	cgPath := vmrunner.CgroupPath(spec.RunID, name)
 	r.state.Netns = []string{nsName}
 	r.state.Cgroups = []string{cgPath}
 	r.state.Dirs = []string{filepath.Join(b.opts.JailDir, nsName)}
@@ -376,7 +349,7 @@ loop:
 	if uerr != nil {
 		return res, uerr
 	}
-	result, hasResult, rerr := readResult(spec.ControlDir)
+	result, hasResult, rerr := vmrunner.ReadResult(spec.ControlDir)
 	res.Result, res.HasResult = result, hasResult
 	switch {
 	case usage.OOMKills > 0:
@@ -410,18 +383,6 @@ loop:
 func (r *run) killAll() {
 	_ = r.cg.Kill()
 	_ = r.proc.Kill()
-}
-
-func readResult(dir string) (guest.Result, bool, error) {
-	var res guest.Result
-	b, err := os.ReadFile(filepath.Join(dir, guest.ResultFile))
-	if err != nil {
-		return res, false, fmt.Errorf("read result: %w", err)
-	}
-	if err := json.Unmarshal(b, &res); err != nil {
-		return res, false, fmt.Errorf("decode result: %w", err)
-	}
-	return res, true, nil
 }
 
 // GC removes what the state files in stateDir list for applies that are no

@@ -12,15 +12,6 @@ import (
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
-func TestCgroupPath(t *testing.T) {
-	if got := CgroupPath("01HX", "build/x y"); got != "/agentsandbox/01HX/build_x_y" {
-		t.Errorf("CgroupPath = %q", got)
-	}
-	if got := CgroupPath("r", ".."); got != "/agentsandbox/r/__" {
-		t.Errorf("CgroupPath with .. = %q", got)
-	}
-}
-
 func TestLimits(t *testing.T) {
 	got := Limits(workflow.Resources{VCPU: 2, Memory: 1 << 30, PIDs: 100, Disk: 5, TimeoutMS: 9})
 	want := cgroup.Limits{MemoryBytes: 1 << 30, PIDs: 100 + InitPIDs, VCPU: 2}
@@ -66,7 +57,7 @@ func TestRefusals(t *testing.T) {
 		name string
 		spec vmrunner.StepSpec
 		want error
-	}{{"egress", egress, ErrEgressUnsupported}, {"packages without nix", pkgs, ErrPackagesWithoutNix}} {
+	}{{"egress", egress, vmrunner.ErrEgressUnsupported}, {"packages without nix", pkgs, ErrPackagesWithoutNix}} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := New(Options{StateDir: t.TempDir(), JailDir: t.TempDir()})
 			_, err := b.Run(context.Background(), tc.spec)

@@ -186,7 +186,7 @@ func TestRunRefusesEgress(t *testing.T) {
 	f := newFixture(t, text)
 	b := fake.New()
 	_, err := Run(context.Background(), f.w, f.options(b, nil))
-	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "not supported yet") {
+	if !errors.Is(err, vmrunner.ErrEgressUnsupported) || !strings.Contains(err.Error(), "not supported yet") {
 		t.Fatalf("err = %v", err)
 	}
 	if len(b.Runs()) != 0 {

@@ -37,7 +37,7 @@ func resolve(w *workflow.Workflow, o Options) ([]workflow.Step, error) {
 		}
 		s.Isolation = iso
 		if s.Network.HasEgress() {
-			return nil, fmt.Errorf("step %q: network.allow %q: network egress is not supported yet; use network: none (loopback only): %w", s.Name, s.Network.Allow, ErrUnsupported)
+			return nil, fmt.Errorf("step %q: network.allow %q: %w", s.Name, s.Network.Allow, vmrunner.ErrEgressUnsupported)
 		}
 		if iso == workflow.IsolationNamespace && len(s.Packages) > 0 && !o.Host.Nix {
 			return nil, fmt.Errorf("step %q lists packages %q, which need Nix, and Nix is not installed: %w", s.Name, s.Packages, ErrNoNix)
@@ -49,9 +49,6 @@ func resolve(w *workflow.Workflow, o Options) ([]workflow.Step, error) {
 	}
 	return steps, nil
 }
-
-// ErrUnsupported marks a request the runner does not support yet.
-var ErrUnsupported = errors.New("not supported yet")
 
 func runStatus(steps []record.Step, err error) record.Status {
 	if err != nil {

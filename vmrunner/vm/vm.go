@@ -58,8 +58,6 @@ import (
 const (
 	// DefaultWorkDir holds each VM's working directory.
 	DefaultWorkDir = "/run/agentsandbox/vms"
-	// CgroupRoot is the parent of every step's cgroup.
-	CgroupRoot = "/agentsandbox"
 	// ConsoleLog is the console's copy in the control directory.
 	ConsoleLog = "console.log"
 	// DefaultBootAllowance is added to the step's timeout for the host's
@@ -104,9 +102,6 @@ func HypervisorUID(jobUID int) int {
 const (
 	PanicMarker = "Kernel panic"
 )
-
-// ErrEgressUnsupported is returned for a step that asks for network egress.
-var ErrEgressUnsupported = errors.New("network egress is not supported yet: remove network.allow from the step (it would get loopback only)")
 
 // Options configure the backend; zero values take the defaults.
 type Options struct {
@@ -157,27 +152,6 @@ func New(opts Options) *Backend {
 // Isolation is vm.
 func (b *Backend) Isolation() workflow.Isolation { return workflow.IsolationVM }
 
-// CgroupPath is the cgroup of one step of one run.
-func CgroupPath(runID, step string) string {
-	return CgroupRoot + "/" + pathPart(runID) + "/" + pathPart(step)
-}
-
-func pathPart(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	if b.Len() == 0 {
-		return "_"
-	}
-	return b.String()
-}
-
 // Limits are the hypervisor's cgroup limits for a step: guest memory plus
 // the overhead, the vCPUs plus one CPU for qemu's I/O threads.
 func Limits(r workflow.Resources) cgroup.Limits {
@@ -227,7 +201,7 @@ func check(spec vmrunner.StepSpec) error {
 	case spec.Runner == "":
 		return errors.New("no runner: the step's microvm.nix runner must be realised first")
 	case spec.Step.Network.HasEgress():
-		return ErrEgressUnsupported
+		return vmrunner.ErrEgressUnsupported
 	case spec.Workspace == "" || spec.ControlDir == "":
 		return errors.New("workspace and control directory are required")
 	case spec.Job.GID == HypervisorGID:
@@ -354,7 +328,7 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 		}
 	}()
 	nsName := netns.Name(spec.RunID, name)
-	cgPath := CgroupPath(spec.RunID, name)
+	cgPath := vmrunner.CgroupPath(spec.RunID, name)
 	workDir := filepath.Join(b.opts.WorkDir, nsName)
 	rootDir := workDir + ".root"
 	hvUID := HypervisorUID(spec.Job.UID)
@@ -709,7 +683,7 @@ loop:
 		return res, uerr
 	}
 	panicked, _ := con.state()
-	result, hasResult, rerr := readResult(spec.ControlDir)
+	result, hasResult, rerr := vmrunner.ReadResult(spec.ControlDir)
 	res.Result, res.HasResult = result, hasResult
 	switch {
 	case usage.OOMKills > 0 && !hasResult:
@@ -815,16 +789,4 @@ func (r *run) qmpSocket() string {
 		return ""
 	}
 	return socks[0]
-}
-
-func readResult(dir string) (guest.Result, bool, error) {
-	var res guest.Result
-	b, err := os.ReadFile(filepath.Join(dir, guest.ResultFile))
-	if err != nil {
-		return res, false, fmt.Errorf("read result: %w", err)
-	}
-	if err := json.Unmarshal(b, &res); err != nil {
-		return res, false, fmt.Errorf("decode result: %w", err)
-	}
-	return res, true, nil
 }

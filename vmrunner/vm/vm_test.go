@@ -120,12 +120,12 @@ func assertClean(t testing.TB, b *Backend, spec vmrunner.StepSpec) {
 	if _, err := os.Lstat(filepath.Join(netns.RunDir, name)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("netns %s left behind (%v)", name, err)
 	}
-	groups, err := cgroup.List(CgroupRoot)
+	groups, err := cgroup.List(vmrunner.CgroupRoot)
 	if err != nil {
 		t.Errorf("list cgroups: %v", err)
 	}
 	for _, g := range groups {
-		if strings.HasPrefix(g, CgroupPath(spec.RunID, "")) {
+		if strings.HasPrefix(g, vmrunner.CgroupPath(spec.RunID, "")) {
 			t.Errorf("cgroup %s left behind", g)
 		}
 	}
@@ -305,7 +305,7 @@ func TestHypervisorJailed(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the job did not start within 60 s")
 	}
-	pid := findHypervisor(t, CgroupPath(s.RunID, s.Step.Name))
+	pid := findHypervisor(t, vmrunner.CgroupPath(s.RunID, s.Step.Name))
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
