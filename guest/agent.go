@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"io"
 	"os"
 	"path/filepath"
@@ -459,63 +460,6 @@ func writeResult(controlDir string, res Result, syncFiles bool) error {
 		return fmt.Errorf("encode result: %w", err)
 	}
 	b = append(b, '\n')
-	path := filepath.Join(controlDir, ResultFile)
-	if !syncFiles {
-		// Still atomic: the host never sees half a result.
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, b, 0o644); err != nil {
-			return fmt.Errorf("write result: %w", err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			return fmt.Errorf("write result: %w", err)
-		}
-		return nil
-	}
-	return WriteFileAtomic(path, b, 0o644)
-}
-
-// WriteFileAtomic writes data to path so that readers see either the old
-// file or the whole new one: temp file in the same directory, fsync, rename,
-// fsync of the directory.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Chmod(perm); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	ok = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
-		// Some file systems (9p among them) do not support fsync on a
-		// directory; the rename has still happened.
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
+	// Atomic either way: the host never sees half a result.
+	return atomicfile.Write(filepath.Join(controlDir, ResultFile), b, 0o644, atomicfile.Options{NoSync: !syncFiles})
 }

@@ -293,30 +293,6 @@ func TestRunJobResultUnwritable(t *testing.T) {
 	}
 }
 
-func TestWriteFileAtomicReplaces(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "f")
-	for _, content := range []string{"first", "second"} {
-		if err := WriteFileAtomic(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if got := readFile(t, p); got != content {
-			t.Errorf("content %q, want %q", got, content)
-		}
-	}
-	fi, err := os.Stat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Mode().Perm() != 0o600 {
-		t.Errorf("mode %v", fi.Mode())
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Errorf("directory holds %d entries, want only the file", len(entries))
-	}
-}
-
 // As root the agent switches to the job's uid and gid and drops every
 // supplementary group.
 func TestRunJobCredentialAsRoot(t *testing.T) {

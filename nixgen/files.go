@@ -2,6 +2,7 @@ package nixgen
 
 import (
 	"fmt"
+	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,7 +51,7 @@ func (fs Files) WriteDir(dir string) error {
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return fmt.Errorf("write %s: %w", dst, err)
 		}
-		if err := writeFileAtomic(dst, f.Data, 0o644); err != nil {
+		if err := atomicfile.WriteFile(dst, f.Data, 0o644); err != nil {
 			return err
 		}
 	}
@@ -62,42 +63,6 @@ func checkRelPath(p string) error {
 	if p == "" || strings.HasPrefix(p, "/") || filepath.Clean(filepath.FromSlash(p)) != filepath.FromSlash(p) ||
 		p == ".." || strings.HasPrefix(p, "../") {
 		return fmt.Errorf("file path %q is not a clean relative path", p)
-	}
-	return nil
-}
-
-// writeFileAtomic writes data to path through a temporary file in the same
-// directory, fsyncs it, renames it into place and fsyncs the directory.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = tmp.Chmod(perm); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("write %s: fsync: %w", path, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync() // best effort: the rename is already visible
-		d.Close()
 	}
 	return nil
 }

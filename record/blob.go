@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"hash"
 	"io"
 	"io/fs"
@@ -71,11 +72,11 @@ func (s *Store) PutBlob(r io.Reader) (Digest, int64, error) {
 	if err := os.Rename(tmp, final); err != nil {
 		return fail(err)
 	}
-	if err := syncDir(fanout); err != nil {
+	if err := atomicfile.SyncDir(fanout); err != nil {
 		return d, n, fmt.Errorf("put blob %s: %w", d, err)
 	}
 	if statErr != nil {
-		if err := syncDir(dir); err != nil {
+		if err := atomicfile.SyncDir(dir); err != nil {
 			return d, n, fmt.Errorf("put blob %s: %w", d, err)
 		}
 	}
@@ -253,7 +254,7 @@ func (s *Store) PutRef(kind, key string, d Digest) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("put ref %s/%s: %w", kind, key, err)
 	}
-	if err := writeFileAtomic(path, []byte(d.String()+"\n"), 0o644, nil); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(d.String()+"\n"), 0o644); err != nil {
 		return fmt.Errorf("put ref %s/%s: %w", kind, key, err)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -40,7 +41,7 @@ type Store struct {
 	afterTempWrite func()
 }
 
-const tmpPrefix = ".tmp-"
+const tmpPrefix = atomicfile.TempPrefix
 
 // DefaultStateDir is $XDG_STATE_HOME/agentsandbox, else
 // ~/.local/state/agentsandbox; for root it is /var/lib/agentsandbox.
@@ -95,7 +96,7 @@ func (s *Store) Put(r *Record) (ID, error) {
 	if _, err := os.Stat(path); err == nil {
 		return id, nil
 	}
-	if err := writeFileAtomic(path, b, 0o444, s.afterTempWrite); err != nil {
+	if err := atomicfile.Write(path, b, 0o444, atomicfile.Options{BeforeRename: s.afterTempWrite}); err != nil {
 		return ID{}, fmt.Errorf("put record %s: %w", id, err)
 	}
 	return id, nil
@@ -238,53 +239,4 @@ func (s *Store) TempDir(pattern string) (string, error) {
 		return "", fmt.Errorf("make staging directory: %w", err)
 	}
 	return d, nil
-}
-
-// writeFileAtomic writes b to path through a synced temp file in the same
-// directory, then renames it and syncs the directory. hook, if not nil,
-// runs between the temp write and the rename.
-func writeFileAtomic(path string, b []byte, perm os.FileMode, hook func()) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, tmpPrefix+"*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	fail := func(err error) error {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		return fail(err)
-	}
-	if err := f.Chmod(perm); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		return fail(err)
-	}
-	if hook != nil {
-		hook() // a test's simulated crash panics here and leaves tmp behind
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
 }

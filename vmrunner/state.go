@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -73,7 +74,7 @@ func WriteState(dir string, s State) error {
 	if err != nil {
 		return fmt.Errorf("write state: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, s.FileName()), append(b, '\n'), 0o600); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, s.FileName()), append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write state: %w", err)
 	}
 	return nil
@@ -83,46 +84,6 @@ func WriteState(dir string, s State) error {
 func RemoveState(dir string, s State) error {
 	if err := os.Remove(filepath.Join(dir, s.FileName())); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove state: %w", err)
-	}
-	return nil
-}
-
-// writeFileAtomic writes data to a temp file next to path, syncs it and
-// renames it over path, then syncs the directory.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(perm)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
-}
-
-// WriteFileAtomic is the atomic write the backends use for job.json.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	if err := writeFileAtomic(path, data, perm); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,7 +76,7 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (vmrunner.Ste
 		return res, fmt.Errorf("fake run step %q: encode job: %w", name, err)
 	}
 	os.Remove(filepath.Join(spec.ControlDir, guest.ResultFile))
-	if err := vmrunner.WriteFileAtomic(filepath.Join(spec.ControlDir, guest.JobFile), b2, 0o600); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(spec.ControlDir, guest.JobFile), b2, 0o600); err != nil {
 		return res, fmt.Errorf("fake run step %q: %w", name, err)
 	}
 	r, err := guest.RunJob(ctx, spec.ControlDir, spec.Console)

@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -230,7 +231,7 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	if err != nil {
 		return res, fmt.Errorf("encode job: %w", err)
 	}
-	if err := vmrunner.WriteFileAtomic(filepath.Join(spec.ControlDir, guest.JobFile), jb, 0o600); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(spec.ControlDir, guest.JobFile), jb, 0o600); err != nil {
 		return res, err
 	}
 

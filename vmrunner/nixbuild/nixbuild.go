@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"io"
 	"os"
 	"os/exec"
@@ -146,7 +147,7 @@ func Build(ctx context.Context, flakeDir string, attrs []string, o Options) ([]O
 			if cur, err := os.ReadFile(flakeLock); err == nil && bytes.Equal(cur, pinned) {
 				break // already in place; a rewrite would only cost an fsync
 			}
-			if err := writeFileAtomic(flakeLock, pinned); err != nil {
+			if err := atomicfile.WriteFile(flakeLock, pinned, 0o644); err != nil {
 				return nil, fmt.Errorf("pin flake inputs from %s: %w", o.LockFile, err)
 			}
 		case errors.Is(err, os.ErrNotExist):
@@ -179,7 +180,7 @@ func Build(ctx context.Context, flakeDir string, attrs []string, o Options) ([]O
 		}
 		// A flake without inputs may have no lock at all; nothing to keep.
 		if err == nil && !bytes.Equal(got, pinned) {
-			if err := writeFileAtomic(o.LockFile, got); err != nil {
+			if err := atomicfile.WriteFile(o.LockFile, got, 0o644); err != nil {
 				return nil, fmt.Errorf("keep the flake lock next to the workflow: %w", err)
 			}
 		}
@@ -393,43 +394,4 @@ func (t *tailBuffer) String() string {
 		return "[...]\n" + string(t.buf)
 	}
 	return string(t.buf)
-}
-
-// writeFileAtomic writes data to path: temp file in the same directory,
-// fsync, rename, fsync of the directory.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename there is nothing to remove
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
 }

@@ -2,7 +2,6 @@ package nixbuild
 
 import (
 	"errors"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -176,22 +175,5 @@ func TestTailBuffer(t *testing.T) {
 	tb.Write([]byte("defgh"))
 	if tb.String() != "[...]\ndefgh" {
 		t.Errorf("%q", tb.String())
-	}
-}
-
-func TestWriteFileAtomic(t *testing.T) {
-	dir := t.TempDir()
-	p := dir + "/ml.yaml.lock"
-	for _, s := range []string{"one", "two"} {
-		if err := writeFileAtomic(p, []byte(s)); err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil || string(b) != s {
-			t.Errorf("read %q, %v; want %q", b, err, s)
-		}
-	}
-	if e, _ := os.ReadDir(dir); len(e) != 1 {
-		t.Errorf("%d entries left, want 1", len(e))
 	}
 }

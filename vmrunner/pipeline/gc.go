@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -22,7 +23,7 @@ func writeOwner(runDir, runID string) error {
 	if err != nil {
 		return err
 	}
-	return vmrunner.WriteFileAtomic(filepath.Join(runDir, ownerFile), b, 0o600)
+	return atomicfile.WriteFile(filepath.Join(runDir, ownerFile), b, 0o600)
 }
 
 // GCRuns removes the run directories (workspaces, control directories,

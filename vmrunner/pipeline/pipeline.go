@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"io"
 	"os"
 	"path/filepath"
@@ -287,7 +288,7 @@ func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepRes
 	if err != nil {
 		return vmrunner.StepResult{}, err
 	}
-	if err := guest.WriteFileAtomic(filepath.Join(dirs.Control, guest.JobFile), jobBytes, 0o600); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dirs.Control, guest.JobFile), jobBytes, 0o600); err != nil {
 		return vmrunner.StepResult{}, fmt.Errorf("write job: %w", err)
 	}
 	if sr.JobDigest, _, err = r.o.Store.PutBlob(bytesReader(jobBytes)); err != nil {

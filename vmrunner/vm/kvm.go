@@ -6,13 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/agentsandbox/agentsandbox/vmrunner"
 )
 
 // DefaultProbeCache caches the KVM probe's answer for this boot. It is
@@ -101,7 +100,7 @@ func (p Prober) Probe(ctx context.Context) (bool, string) {
 	if cache != "-" && bootID != "" {
 		b, _ := json.Marshal(probeCache{BootID: bootID, Usable: usable, Reason: reason})
 		if err := os.MkdirAll(filepath.Dir(cache), 0o755); err == nil {
-			_ = vmrunner.WriteFileAtomic(cache, append(b, '\n'), 0o644)
+			_ = atomicfile.WriteFile(cache, append(b, '\n'), 0o644)
 		}
 	}
 	return usable, reason

@@ -35,6 +35,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"io"
 	"io/fs"
 	"os"
@@ -380,7 +381,7 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 		return res, fmt.Errorf("encode job: %w", err)
 	}
 	jobFile := filepath.Join(spec.ControlDir, guest.JobFile)
-	if err := vmrunner.WriteFileAtomic(jobFile, jb, 0o640); err != nil {
+	if err := atomicfile.WriteFile(jobFile, jb, 0o640); err != nil {
 		return res, err
 	}
 	// The hypervisor reads it for the guest agent through the 9p share.
