@@ -83,6 +83,14 @@ func TestReadRunner(t *testing.T) {
 	if _, err := ReadRunner(t.TempDir()); err == nil {
 		t.Error("ReadRunner of an empty directory: no error")
 	}
+
+	// A cloud-hypervisor runner needs KVM whatever its script says.
+	os.WriteFile(filepath.Join(dir, "share/microvm/hypervisor"), []byte("cloud-hypervisor\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "bin/microvm-run"), []byte("#!/bin/sh\nexec cloud-hypervisor --kernel k\n"), 0o755)
+	got, err = ReadRunner(dir)
+	if err != nil || got.BakedAccel != "kvm" || got.AccelFromEnv {
+		t.Errorf("cloud-hypervisor runner: %+v %v, want BakedAccel kvm", got, err)
+	}
 }
 
 func TestLimits(t *testing.T) {

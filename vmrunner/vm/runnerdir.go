@@ -61,6 +61,11 @@ func ReadRunner(dir string) (RunnerInfo, error) {
 	_, err = os.Stat(filepath.Join(dir, "bin", "virtiofsd-run"))
 	ri.HasVirtiofsd = err == nil
 	ri.AccelFromEnv, ri.BakedAccel = scriptAccel(string(script))
+	if ri.Hypervisor != "" && ri.Hypervisor != "qemu" {
+		// cloud-hypervisor, firecracker and the rest have no software
+		// emulation: they need KVM whatever their script says.
+		ri.AccelFromEnv, ri.BakedAccel = false, "kvm"
+	}
 	return ri, nil
 }
 
