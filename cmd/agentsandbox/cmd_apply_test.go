@@ -89,9 +89,14 @@ func TestApplyExitStatuses(t *testing.T) {
 }
 
 // TestApplySIGINTLeavesNothing runs the real binary, interrupts it while a
-// step runs, and checks that no netns, cgroup, mount or run directory of
-// it is left.
+// step's job runs, and checks that no netns, cgroup, mount, hypervisor or
+// run directory of it is left, in namespace isolation and in a VM.
 func TestApplySIGINTLeavesNothing(t *testing.T) {
+	t.Run("namespace", func(t *testing.T) { testApplySIGINT(t, "namespace", "") })
+	t.Run("vm", func(t *testing.T) { testApplySIGINT(t, "vm", vmFlake(t, "sleeper")) })
+}
+
+func testApplySIGINT(t *testing.T, isolation, flake string) {
 	testtier.Root(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "agentsandbox")
@@ -99,10 +104,14 @@ func TestApplySIGINTLeavesNothing(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	wf := filepath.Join(dir, "sleep.yaml")
-	os.WriteFile(wf, []byte("apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: sleepy\nsteps:\n  - name: sleeper\n    run: echo started; sleep 300\n    resources: {timeout: 10m}\n"), 0o644)
+	os.WriteFile(wf, []byte("apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: sleepy\nsteps:\n  - name: sleeper\n    run: echo job-running; sleep 300\n    resources: {timeout: 10m}\n"), 0o644)
 	state := filepath.Join(dir, "state")
 
-	cmd := exec.Command(bin, "apply", "--isolation", "namespace", "--state-dir", state, wf)
+	args := []string{"apply", "--isolation", isolation, "--state-dir", state}
+	if flake != "" {
+		args = append(args, "--flake", flake, "--offline")
+	}
+	cmd := exec.Command(bin, append(args, wf)...)
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	stderr, _ := cmd.StderrPipe()
@@ -114,7 +123,7 @@ func TestApplySIGINTLeavesNothing(t *testing.T) {
 		sc := bufio.NewScanner(stderr)
 		once := false
 		for sc.Scan() {
-			if !once && strings.Contains(sc.Text(), "[sleeper] started") {
+			if !once && strings.Contains(sc.Text(), "[sleeper] job-running") {
 				once = true
 				close(started)
 			}
@@ -122,11 +131,14 @@ func TestApplySIGINTLeavesNothing(t *testing.T) {
 	}()
 	select {
 	case <-started:
-	case <-time.After(60 * time.Second):
+	case <-time.After(3 * time.Minute):
 		cmd.Process.Kill()
-		t.Fatal("the step never started")
+		t.Fatal("the step's job never started")
 	}
 	time.Sleep(300 * time.Millisecond)
+	if isolation == "vm" && len(stepProcesses(t, "qemu-system", "/sleeper")) == 0 {
+		t.Errorf("no hypervisor found in the step's cgroup while the job runs: the leftover check below would prove nothing")
+	}
 	cmd.Process.Signal(syscall.SIGINT)
 	err := cmd.Wait()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != ExitInfra {
@@ -150,6 +162,12 @@ func TestApplySIGINTLeavesNothing(t *testing.T) {
 	if strings.Contains(string(mounts), state) || strings.Contains(string(mounts), "/run/agentsandbox/jails/") {
 		t.Errorf("mounts left:\n%s", mounts)
 	}
+	if pids := stepProcesses(t, "qemu-system", "/sleeper"); len(pids) > 0 {
+		t.Errorf("hypervisor processes of the step left: %v", pids)
+	}
+	if vms, _ := filepath.Glob("/run/agentsandbox/vms/*-sleeper*"); len(vms) != 0 {
+		t.Errorf("VM working directories left: %v", vms)
+	}
 	if runs, _ := os.ReadDir(filepath.Join(state, "runs")); len(runs) != 0 {
 		t.Errorf("run directories left: %v", runs)
 	}
@@ -157,4 +175,26 @@ func TestApplySIGINTLeavesNothing(t *testing.T) {
 	if id := lastLine(stdout.String()); len(id) != 52 {
 		t.Errorf("no record id printed after SIGINT: %q", stdout.String())
 	}
+}
+
+// stepProcesses lists processes whose command starts with comm and whose
+// cgroup path ends with suffix (a step's cgroup is /agentsandbox/RUN/STEP).
+func stepProcesses(t *testing.T, comm, suffix string) []string {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	var out []string
+	for _, p := range procs {
+		c, err := os.ReadFile(filepath.Join(p, "comm"))
+		if err != nil || !strings.HasPrefix(string(c), comm) {
+			continue
+		}
+		cg, _ := os.ReadFile(filepath.Join(p, "cgroup"))
+		for _, line := range strings.Split(string(cg), "\n") {
+			if strings.HasSuffix(line, suffix) {
+				out = append(out, filepath.Base(p))
+				break
+			}
+		}
+	}
+	return out
 }
