@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -93,6 +94,8 @@ var changedMeaning = map[string][2]string{
 	"hypervisor":     {"    run: echo train\n", "    run: echo train\n    hypervisor: firecracker\n"},
 	"vcpu":           {"{memory: 1GiB,", "{vcpu: 2, memory: 1GiB,"},
 	"bandwidth":      {"{memory: 1GiB,", "{bandwidth: 1Mbit, memory: 1GiB,"},
+	"io read":        {"{memory: 1GiB,", "{ioRead: 1MiB/s, memory: 1GiB,"},
+	"io write":       {"{memory: 1GiB,", "{ioWrite: 1MiB/s, memory: 1GiB,"},
 	"input dest":     {"0a99}", "0a99, dest: x}"},
 	"trailing space": {"run: echo prep", `run: "echo prep "`},
 }
@@ -153,7 +156,7 @@ apiVersion: agentsandbox.dev/v1
 kind: Workflow
 name: d
 defaults:
-  resources: {vcpu: 2, timeout: 1h, bandwidth: 10Mbit}
+  resources: {vcpu: 2, timeout: 1h, bandwidth: 10Mbit, ioRead: 100MiB/s, ioWrite: 50MB/s}
   network: {allow: [example.com:443]}
   isolation: namespace
   hypervisor: firecracker
@@ -163,7 +166,7 @@ steps:
     run: "true"
   - name: own
     run: "true"
-    resources: {vcpu: 3, memory: 2GiB, pids: 64, disk: 100MiB, timeout: none, bandwidth: unlimited}
+    resources: {vcpu: 3, memory: 2GiB, pids: 64, disk: 100MiB, timeout: none, bandwidth: unlimited, ioRead: unlimited, ioWrite: 1GiB/s}
     network: none
     isolation: auto
     hypervisor: cloud-hypervisor
@@ -171,14 +174,14 @@ steps:
 `)
 	plain, _ := w.StepByName("plain")
 	own, _ := w.StepByName("own")
-	wantPlain := Resources{VCPU: 2, Memory: DefaultMemory, PIDs: DefaultPIDs, Disk: DefaultDisk, TimeoutMS: 3600000, Bandwidth: 10e6}
+	wantPlain := Resources{VCPU: 2, Memory: DefaultMemory, PIDs: DefaultPIDs, Disk: DefaultDisk, TimeoutMS: 3600000, Bandwidth: 10e6, IOReadBps: 100 << 20, IOWriteBps: 50e6}
 	if plain.Resources != wantPlain {
 		t.Errorf("plain resources %+v, want %+v", plain.Resources, wantPlain)
 	}
 	if !reflect.DeepEqual(plain.Network.Allow, []string{"example.com:443"}) || plain.Isolation != IsolationNamespace || plain.Hypervisor != HypervisorFirecracker {
 		t.Errorf("plain: %+v", plain)
 	}
-	wantOwn := Resources{VCPU: 3, Memory: 2 << 30, PIDs: 64, Disk: 100 << 20}
+	wantOwn := Resources{VCPU: 3, Memory: 2 << 30, PIDs: 64, Disk: 100 << 20, IOWriteBps: 1 << 30}
 	if own.Resources != wantOwn {
 		t.Errorf("own resources %+v, want %+v", own.Resources, wantOwn)
 	}
@@ -241,5 +244,24 @@ func TestNixpkgsRev(t *testing.T) {
 	w := mustParse(t, "apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: n\nnixpkgs: github:NixOS/nixpkgs/"+rev+"\nsteps: [{name: s, run: x}]\n")
 	if w.Nixpkgs.Rev != rev {
 		t.Errorf("Rev = %q", w.Nixpkgs.Rev)
+	}
+}
+
+// TestCanonicalIORates: the IO rates appear in the canonical form only when
+// set, so a workflow without them keeps the hash it had before they existed.
+func TestCanonicalIORates(t *testing.T) {
+	const src = "apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: b\nsteps: [{name: s, run: x%s}]\n"
+	c, _ := mustParse(t, fmt.Sprintf(src, "")).Canonical()
+	const want = `{"apiVersion":"agentsandbox.dev/v1","kind":"Workflow","name":"b","inputs":[],"steps":[{"name":"s","run":"x","packages":[],"env":{},"needs":[],"inputs":[],"outputs":[],` +
+		`"resources":{"vcpu":1,"memory":536870912,"pids":256,"disk":1073741824,"timeoutMs":0,"bandwidth":0},"network":{"allow":[]},"isolation":"auto","hypervisor":"qemu"}]}`
+	if string(c) != want {
+		t.Errorf("canonical form without IO rates:\n got %s\nwant %s", c, want)
+	}
+	if h := mustParse(t, fmt.Sprintf(src, ", resources: {ioRead: unlimited, ioWrite: unlimited}")).Hash(); h != HashOf([]byte(want)) {
+		t.Errorf("unlimited IO rates change the hash")
+	}
+	c, _ = mustParse(t, fmt.Sprintf(src, ", resources: {ioRead: 1GiB/s, ioWrite: 50MB/s}")).Canonical()
+	if !strings.Contains(string(c), `"bandwidth":0,"ioReadBps":1073741824,"ioWriteBps":50000000}`) {
+		t.Errorf("canonical form with IO rates: %s", c)
 	}
 }

@@ -26,6 +26,7 @@ const (
 	DefaultDisk       = 1 << 30 // bytes
 	DefaultTimeoutMS  = 0       // no timeout
 	DefaultBandwidth  = 0       // unlimited
+	DefaultIORate     = 0       // unlimited, for ioRead and ioWrite
 	DefaultIsolation  = IsolationAuto
 	DefaultHypervisor = HypervisorQEMU
 )
@@ -36,6 +37,7 @@ const (
 	MaxVCPU        = 1024
 	MaxPIDs        = 4194304 // the kernel's pid_max ceiling
 	minSize        = 1 << 20 // memory and disk are at least 1MiB
+	minIORate      = 1 << 10 // ioRead and ioWrite are at least 1KiB/s
 )
 
 // The keys each mapping accepts, in the order docs/workflow.md lists them.
@@ -45,7 +47,7 @@ var (
 	defaultsKeys  = []string{"resources", "network", "isolation", "hypervisor", "env"}
 	inputKeys     = []string{"source", "sha256", "commit", "dest"}
 	stepKeys      = []string{"name", "run", "packages", "env", "needs", "inputs", "outputs", "resources", "network", "isolation", "hypervisor"}
-	resourcesKeys = []string{"vcpu", "memory", "pids", "disk", "timeout", "bandwidth"}
+	resourcesKeys = []string{"vcpu", "memory", "pids", "disk", "timeout", "bandwidth", "ioRead", "ioWrite"}
 	networkKeys   = []string{"allow"}
 	isolations    = []string{string(IsolationAuto), string(IsolationVM), string(IsolationNamespace)}
 	hypervisors   = []string{string(HypervisorQEMU), string(HypervisorCloudHypervisor), string(HypervisorFirecracker)}
@@ -144,6 +146,7 @@ func (p *parser) yamlError(err error) {
 // given from one left out.
 type settings struct {
 	vcpu, memory, pids, disk, timeout, bandwidth optInt
+	ioRead, ioWrite                              optInt
 	netSet                                       bool
 	allow                                        []string
 	isolation                                    Isolation
@@ -602,7 +605,7 @@ func (p *parser) resources(n *yaml.Node, what string, s *settings) {
 			s.pids = optInt{v, true}
 		}
 	}
-	quantity := func(key string, parse func(string) (int64, error), min int64, none string) optInt {
+	quantity := func(key string, parse func(string) (int64, error), min int64, minText, none string) optInt {
 		e, ok := f[key]
 		if !ok {
 			return optInt{}
@@ -626,15 +629,17 @@ func (p *parser) resources(n *yaml.Node, what string, s *settings) {
 			return optInt{}
 		}
 		if x < min {
-			p.errorf(v, "%s %q is less than the minimum of %s", what+" "+key, str, FormatSize(min))
+			p.errorf(v, "%s %q is less than the minimum of %s", what+" "+key, str, minText)
 			return optInt{}
 		}
 		return optInt{x, true}
 	}
-	s.memory = quantity("memory", ParseSize, minSize, "")
-	s.disk = quantity("disk", ParseSize, minSize, "")
-	s.timeout = quantity("timeout", ParseTimeout, 0, "none")
-	s.bandwidth = quantity("bandwidth", ParseBandwidth, 1, "unlimited")
+	s.memory = quantity("memory", ParseSize, minSize, FormatSize(minSize), "")
+	s.disk = quantity("disk", ParseSize, minSize, FormatSize(minSize), "")
+	s.timeout = quantity("timeout", ParseTimeout, 0, "", "none")
+	s.bandwidth = quantity("bandwidth", ParseBandwidth, 1, FormatBandwidth(1), "unlimited")
+	s.ioRead = quantity("ioRead", ParseIORate, minIORate, FormatIORate(minIORate)+" (write unlimited for no limit)", "unlimited")
+	s.ioWrite = quantity("ioWrite", ParseIORate, minIORate, FormatIORate(minIORate)+" (write unlimited for no limit)", "unlimited")
 }
 
 func (p *parser) network(n *yaml.Node, what string, s *settings) {

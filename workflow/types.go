@@ -85,8 +85,11 @@ type Step struct {
 	Hypervisor Hypervisor        `json:"hypervisor"`
 }
 
-// Resources are a step's hard quotas. Sizes are bytes, rates bits per
-// second, durations milliseconds, so the canonical form has one spelling.
+// Resources are a step's hard quotas. Sizes are bytes, network rates bits
+// per second, disk IO rates bytes per second, durations milliseconds, so the
+// canonical form has one spelling. The IO rates are left out of the
+// canonical form when unlimited, so workflows that set none keep the hashes
+// they had before the fields existed.
 type Resources struct {
 	VCPU      int   `json:"vcpu"`
 	Memory    int64 `json:"memory"`    // bytes
@@ -94,6 +97,10 @@ type Resources struct {
 	Disk      int64 `json:"disk"`      // bytes of scratch space (/tmp)
 	TimeoutMS int64 `json:"timeoutMs"` // 0: no timeout declared
 	Bandwidth int64 `json:"bandwidth"` // bits per second; 0: unlimited
+	// IOReadBps and IOWriteBps throttle reads from and writes to the block
+	// device holding the step's workspace, in bytes per second; 0: unlimited.
+	IOReadBps  int64 `json:"ioReadBps,omitempty"`
+	IOWriteBps int64 `json:"ioWriteBps,omitempty"`
 }
 
 // Network is a step's egress. An empty Allow means loopback only.

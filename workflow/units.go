@@ -52,7 +52,12 @@ func splitQuantity(s string) (int64, string, error) {
 }
 
 func parseQuantity(s string, units map[string]int64, example string) (int64, error) {
-	n, unit, err := splitQuantity(s)
+	return parseQuantityOf(s, s, units, example)
+}
+
+// parseQuantityOf parses q, a part of s; messages quote all of s.
+func parseQuantityOf(s, q string, units map[string]int64, example string) (int64, error) {
+	n, unit, err := splitQuantity(q)
 	if errors.Is(err, errNoUnit) {
 		return 0, fmt.Errorf("%q has no unit; write it like %s", s, example)
 	}
@@ -78,6 +83,46 @@ func ParseSize(s string) (int64, error) {
 // bits per second.
 func ParseBandwidth(s string) (int64, error) {
 	return parseQuantity(s, bandwidthUnits, "500kbit, 10Mbit or 1Gbit")
+}
+
+// ioRateExample is how ParseIORate's messages say to write a rate.
+const ioRateExample = "100MiB/s, 50MB/s or 1GiB/s"
+
+// ParseIORate parses a disk IO rate such as "100MiB/s", "50MB/s" or
+// "1GiB/s" into bytes per second: a size (see ParseSize) and "/s".
+func ParseIORate(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	if size, ok := cutSuffixFold(t, "/s"); ok {
+		return parseQuantityOf(s, size, sizeUnits, ioRateExample)
+	}
+	// Other ways of writing "per second" get the spelling to use. ("Mbps"
+	// is megabits, so "ps" only after a capital B: "MBps", "MiBps".)
+	var size string
+	if pre, ok := cutSuffixFold(t, "/sec"); ok {
+		size = pre
+	} else if pre, ok := cutSuffixFold(t, "/second"); ok {
+		size = pre
+	} else if pre, ok := strings.CutSuffix(t, "Bps"); ok {
+		size = pre + "B"
+	}
+	if _, err := ParseSize(size); size != "" && err == nil {
+		return 0, fmt.Errorf("%q is not a rate this format knows; write it like %s (did you mean %q?)", s, ioRateExample, strings.TrimSpace(size)+"/s")
+	}
+	if _, err := ParseSize(t); err == nil {
+		return 0, fmt.Errorf("%q is a size, not a rate; write it like %s (did you mean %q?)", s, ioRateExample, t+"/s")
+	}
+	if _, _, err := splitQuantity(t); errors.Is(err, errNoUnit) {
+		return 0, fmt.Errorf("%q has no unit; write it like %s", s, ioRateExample)
+	}
+	return 0, fmt.Errorf("%q is not a rate of bytes per second; write it like %s", s, ioRateExample)
+}
+
+// cutSuffixFold is strings.CutSuffix, ignoring case.
+func cutSuffixFold(s, suffix string) (string, bool) {
+	if len(s) >= len(suffix) && strings.EqualFold(s[len(s)-len(suffix):], suffix) {
+		return s[:len(s)-len(suffix)], true
+	}
+	return s, false
 }
 
 // ParseTimeout parses a positive duration such as "90s", "30m" or "1h30m"
@@ -140,6 +185,14 @@ func FormatBandwidth(bps int64) string {
 		}
 	}
 	return strconv.FormatInt(bps, 10) + "bit"
+}
+
+// FormatIORate spells bytes per second like "100MiB/s"; 0 is "unlimited".
+func FormatIORate(bps int64) string {
+	if bps == 0 {
+		return "unlimited"
+	}
+	return FormatSize(bps) + "/s"
 }
 
 // FormatTimeout spells milliseconds like "1h30m0s"; 0 is "none".

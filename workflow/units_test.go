@@ -103,3 +103,35 @@ func TestNamePredicates(t *testing.T) {
 		}
 	}
 }
+
+func TestIORate(t *testing.T) {
+	good := map[string]int64{"100MiB/s": 100 << 20, "50MB/s": 50e6, "1GiB/s": 1 << 30, "1gib/S": 1 << 30, " 4 KiB/s ": 4 << 10, "512B/s": 512}
+	for s, want := range good {
+		if got, err := ParseIORate(s); err != nil || got != want {
+			t.Errorf("ParseIORate(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	bad := map[string]string{
+		"100MiB":          `"100MiB" is a size, not a rate; write it like 100MiB/s, 50MB/s or 1GiB/s (did you mean "100MiB/s"?)`,
+		"100MBps":         `"100MBps" is not a rate this format knows; write it like 100MiB/s, 50MB/s or 1GiB/s (did you mean "100MB/s"?)`,
+		"100MiB/sec":      `"100MiB/sec" is not a rate this format knows; write it like 100MiB/s, 50MB/s or 1GiB/s (did you mean "100MiB/s"?)`,
+		"100Mbps":         `"100Mbps" is not a rate of bytes per second; write it like 100MiB/s, 50MB/s or 1GiB/s`,
+		"10Mbit/s":        `"10Mbit/s" has an unknown unit "Mbit"; write it like 100MiB/s, 50MB/s or 1GiB/s`,
+		"100/s":           `"100/s" has no unit; write it like 100MiB/s, 50MB/s or 1GiB/s`,
+		"100":             `"100" has no unit; write it like 100MiB/s, 50MB/s or 1GiB/s`,
+		"1.5MiB/s":        `"1.5MiB/s" is not a whole number; use a smaller unit (1.5GiB is 1536MiB); write it like 100MiB/s, 50MB/s or 1GiB/s`,
+		"fast":            `"fast" is not a rate of bytes per second; write it like 100MiB/s, 50MB/s or 1GiB/s`,
+		"/s":              `"/s" does not start with a whole number; write it like 100MiB/s, 50MB/s or 1GiB/s`,
+		"9999999999TiB/s": `"9999999999TiB/s" is too large`,
+	}
+	for s, want := range bad {
+		if got, err := ParseIORate(s); err == nil || err.Error() != want {
+			t.Errorf("ParseIORate(%q) = %d, %v; want error %s", s, got, err, want)
+		}
+	}
+	for bps, want := range map[int64]string{0: "unlimited", 100 << 20: "100MiB/s", 50e6: "50M/s"} {
+		if got := FormatIORate(bps); got != want {
+			t.Errorf("FormatIORate(%d) = %q, want %q", bps, got, want)
+		}
+	}
+}
