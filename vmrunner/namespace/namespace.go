@@ -82,13 +82,36 @@ func New(opts Options) *Backend {
 // Isolation is namespace.
 func (b *Backend) Isolation() workflow.Isolation { return workflow.IsolationNamespace }
 
-// Limits are the cgroup limits of a step.
-func Limits(r workflow.Resources) cgroup.Limits {
+// Limits are the cgroup limits of a step whose workspace is the directory
+// workspace. Disk IO rates throttle the block device that holds the
+// workspace, which deviceOf finds (cgroup.DeviceOf; tests pass a fake). A
+// workspace on no block device (tmpfs, overlayfs, btrfs) cannot be throttled, and
+// Limits fails rather than let the step run unthrottled.
+func Limits(r workflow.Resources, workspace string, deviceOf func(string) (cgroup.Device, error)) (cgroup.Limits, error) {
 	l := cgroup.Limits{MemoryBytes: r.Memory, VCPU: r.VCPU}
 	if r.PIDs > 0 {
 		l.PIDs = int64(r.PIDs) + InitPIDs
 	}
-	return l
+	if err := throttleWorkspace(&l, r, workspace, deviceOf); err != nil {
+		return cgroup.Limits{}, err
+	}
+	return l, nil
+}
+
+// throttleWorkspace sets l's IO rates from r's ioRead and ioWrite, on the
+// block device holding workspace; it does nothing when r sets neither.
+func throttleWorkspace(l *cgroup.Limits, r workflow.Resources, workspace string, deviceOf func(string) (cgroup.Device, error)) error {
+	if r.IOReadBps == 0 && r.IOWriteBps == 0 {
+		return nil
+	}
+	dev, err := deviceOf(workspace)
+	if err != nil {
+		return fmt.Errorf("throttle disk IO of the workspace %s (ioRead %s, ioWrite %s): the kernel throttles block devices only, and none was found under this path (tmpfs, overlayfs and btrfs have none to name): %w; "+
+			"put the workspace on a disk (for apply: a --state-dir on a disk) or remove the step's ioRead and ioWrite",
+			workspace, workflow.FormatIORate(r.IOReadBps), workflow.FormatIORate(r.IOWriteBps), err)
+	}
+	l.IOReadBps, l.IOWriteBps, l.IODevices = r.IOReadBps, r.IOWriteBps, []cgroup.Device{dev}
+	return nil
 }
 
 // check refuses what the backend cannot do, before anything is created.
@@ -188,6 +211,10 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	if err := check(spec); err != nil {
 		return res, err
 	}
+	limits, err := Limits(spec.Step.Resources, spec.Workspace, cgroup.DeviceOf)
+	if err != nil {
+		return res, err
+	}
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
@@ -212,7 +239,7 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 		}
 		return res, err
 	}
-	if r.cg, err = cgroup.New(cgPath, Limits(spec.Step.Resources)); err != nil {
+	if r.cg, err = cgroup.New(cgPath, limits); err != nil {
 		return res, err
 	}
 	if err := os.MkdirAll(b.opts.JailDir, 0o700); err != nil {
