@@ -2,11 +2,14 @@ package vm
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
+	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -94,12 +97,35 @@ func TestReadRunner(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
-	got := Limits(workflow.Resources{VCPU: 2, Memory: 1000 << 20})
-	if got.MemoryBytes != 1000<<20+256<<20+100<<20 || got.VCPU != 3 || got.PIDs != HypervisorPIDs {
-		t.Errorf("Limits = %+v", got)
+	noDevice := func(p string) (cgroup.Device, error) {
+		t.Errorf("deviceOf(%q) called for a step without IO rates", p)
+		return cgroup.Device{}, errors.New("unexpected")
 	}
-	if d := Limits(workflow.Resources{}); d.MemoryBytes != DefaultGuestMemory+256<<20+DefaultGuestMemory/10 || d.VCPU != 2 {
-		t.Errorf("default Limits = %+v", d)
+	got, err := Limits(workflow.Resources{VCPU: 2, Memory: 1000 << 20}, "/ws", noDevice)
+	if err != nil || got.MemoryBytes != 1000<<20+256<<20+100<<20 || got.VCPU != 3 || got.PIDs != HypervisorPIDs || got.IODevices != nil {
+		t.Errorf("Limits = %+v, %v", got, err)
+	}
+	if d, err := Limits(workflow.Resources{}, "/ws", noDevice); err != nil || d.MemoryBytes != DefaultGuestMemory+256<<20+DefaultGuestMemory/10 || d.VCPU != 2 {
+		t.Errorf("default Limits = %+v, %v", d, err)
+	}
+
+	vda := func(p string) (cgroup.Device, error) {
+		if p != "/ws" {
+			t.Errorf("deviceOf(%q), want the workspace /ws", p)
+		}
+		return cgroup.Device{Major: 253, Minor: 0}, nil
+	}
+	got, err = Limits(workflow.Resources{VCPU: 1, Memory: 1000 << 20, IOReadBps: 5e6, IOWriteBps: 1 << 20}, "/ws", vda)
+	want := cgroup.Limits{MemoryBytes: 1000<<20 + 256<<20 + 100<<20, VCPU: 2, PIDs: HypervisorPIDs,
+		IOReadBps: 5e6, IOWriteBps: 1 << 20, IODevices: []cgroup.Device{{Major: 253, Minor: 0}}}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("throttled Limits = %+v, %v; want %+v", got, err, want)
+	}
+
+	tmpfs := errors.New("block device of /ws: 0:45 is not a block device")
+	_, err = Limits(workflow.Resources{IOReadBps: 1 << 20}, "/ws", func(string) (cgroup.Device, error) { return cgroup.Device{}, tmpfs })
+	if !errors.Is(err, tmpfs) || !strings.Contains(err.Error(), "throttle disk IO of the workspace /ws (ioRead 1MiB/s, ioWrite unlimited)") {
+		t.Errorf("Limits on a workspace without a disk: %v, want a throttle error naming the workspace, wrapping the device error", err)
 	}
 }
 

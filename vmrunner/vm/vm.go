@@ -153,22 +153,45 @@ func New(opts Options) *Backend {
 // Isolation is vm.
 func (b *Backend) Isolation() workflow.Isolation { return workflow.IsolationVM }
 
-// Limits are the hypervisor's cgroup limits for a step: guest memory plus
-// the overhead, the vCPUs plus one CPU for qemu's I/O threads.
-func Limits(r workflow.Resources) cgroup.Limits {
-	mem := r.Memory
-	if mem <= 0 {
-		mem = DefaultGuestMemory
-	}
+// Limits are the hypervisor's cgroup limits for a step whose workspace is
+// the directory workspace: guest memory plus the overhead, the vCPUs plus
+// one CPU for qemu's I/O threads, and the step's disk IO rates on the block
+// device holding the workspace, which deviceOf finds (cgroup.DeviceOf;
+// tests pass a fake). The hypervisor does the guest's workspace IO through
+// its 9p share on that device, so throttling the hypervisor throttles the
+// job. A workspace on no block device (tmpfs, overlayfs, btrfs) cannot be
+// throttled, and Limits fails rather than let the step run unthrottled.
+func Limits(r workflow.Resources, workspace string, deviceOf func(string) (cgroup.Device, error)) (cgroup.Limits, error) {
 	vcpu := r.VCPU
 	if vcpu <= 0 {
 		vcpu = 1
 	}
-	return cgroup.Limits{
-		MemoryBytes: mem + MemoryOverheadFixed + mem*MemoryOverheadPercent/100,
+	l := cgroup.Limits{
+		MemoryBytes: hypervisorMemory(r),
 		VCPU:        vcpu + 1,
 		PIDs:        HypervisorPIDs,
 	}
+	if r.IOReadBps == 0 && r.IOWriteBps == 0 {
+		return l, nil
+	}
+	dev, err := deviceOf(workspace)
+	if err != nil {
+		return cgroup.Limits{}, fmt.Errorf("throttle disk IO of the workspace %s (ioRead %s, ioWrite %s): the kernel throttles block devices only, and none was found under this path (tmpfs, overlayfs and btrfs have none to name): %w; "+
+			"put the workspace on a disk (for apply: a --state-dir on a disk) or remove the step's ioRead and ioWrite",
+			workspace, workflow.FormatIORate(r.IOReadBps), workflow.FormatIORate(r.IOWriteBps), err)
+	}
+	l.IOReadBps, l.IOWriteBps, l.IODevices = r.IOReadBps, r.IOWriteBps, []cgroup.Device{dev}
+	return l, nil
+}
+
+// hypervisorMemory is the hypervisor's memory limit: guest memory plus the
+// overhead.
+func hypervisorMemory(r workflow.Resources) int64 {
+	mem := r.Memory
+	if mem <= 0 {
+		mem = DefaultGuestMemory
+	}
+	return mem + MemoryOverheadFixed + mem*MemoryOverheadPercent/100
 }
 
 // accel picks the accelerator for a runner.
@@ -303,6 +326,10 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	if err := check(spec); err != nil {
 		return res, err
 	}
+	limits, err := Limits(spec.Step.Resources, spec.Workspace, cgroup.DeviceOf)
+	if err != nil {
+		return res, err
+	}
 	ri, err := ReadRunner(spec.Runner)
 	if err != nil {
 		return res, err
@@ -353,7 +380,7 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 			return res, err
 		}
 	}
-	if r.cg, err = cgroup.New(cgPath, Limits(spec.Step.Resources)); err != nil {
+	if r.cg, err = cgroup.New(cgPath, limits); err != nil {
 		return res, err
 	}
 	if err := os.MkdirAll(b.opts.WorkDir, 0o700); err != nil {
@@ -689,7 +716,7 @@ loop:
 	switch {
 	case usage.OOMKills > 0 && !hasResult:
 		res.Status = vmrunner.StatusOOM
-		res.Detail = fmt.Sprintf("the hypervisor was killed for memory: %d OOM kill(s) at the %d-byte limit", usage.OOMKills, Limits(spec.Step.Resources).MemoryBytes)
+		res.Detail = fmt.Sprintf("the hypervisor was killed for memory: %d OOM kill(s) at the %d-byte limit", usage.OOMKills, hypervisorMemory(spec.Step.Resources))
 	case hostTimeout && !hasResult:
 		res.Status = vmrunner.StatusTimeout
 		res.Detail = fmt.Sprintf("the guest did not finish within the step's %d ms timeout plus %v for boot; the host stopped the VM", hostTimeoutMS(spec), b.opts.BootAllowance)
