@@ -141,9 +141,18 @@ ceiling("timeoutMs", v) := time.parse_duration_ns(v) / 1000000 if is_string(v)
 
 ceiling("bandwidth", v) := units.parse(v) if is_string(v)
 
+# Disk IO rates are bytes per second, written like the workflow's
+# ("100MiB/s") or as a size ("100MiB").
+io_rate_fields := {"ioReadBps", "ioWriteBps"}
+
+ceiling(field, v) := units.parse_bytes(trim_suffix(v, "/s")) if {
+	is_string(v)
+	field in io_rate_fields
+}
+
 ceiling(field, v) := to_number(v) if {
 	is_string(v)
-	not field in {"memory", "disk", "timeoutMs", "bandwidth"}
+	not field in {"memory", "disk", "timeoutMs", "bandwidth", "ioReadBps", "ioWriteBps"}
 }
 
 deny contains msg if {
@@ -153,6 +162,17 @@ deny contains msg if {
 	value := step.resources[field]
 	value > limit
 	msg := sprintf("step %q: resources.%s %v is above the ceiling %v (data.agentsandbox.ceilings.%s)", [step.name, field, value, limit, field])
+}
+
+# A disk IO rate left unlimited (0, or absent from the canonical form) is
+# above any ceiling on it.
+deny contains msg if {
+	some field, raw in cfg_ceilings
+	field in io_rate_fields
+	limit := ceiling(field, raw)
+	some step in input.workflow.steps
+	object.get(step.resources, field, 0) == 0
+	msg := sprintf("step %q: resources.%s is unlimited, above the ceiling %v (data.agentsandbox.ceilings.%s); set resources.%s", [step.name, field, limit, field, trim_suffix(field, "Bps")])
 }
 
 # ---- isolation -------------------------------------------------------------

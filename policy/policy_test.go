@@ -230,6 +230,41 @@ agentsandbox:
 	}
 }
 
+// TestIOCeilings: a team caps the disk IO rates by field name, in bytes per
+// second or spelled like the workflow; a step that leaves a capped rate
+// unlimited is above the ceiling.
+func TestIOCeilings(t *testing.T) {
+	dir := t.TempDir()
+	data := writeFile(t, filepath.Join(dir, "team.yaml"), `
+agentsandbox:
+  ceilings:
+    ioWriteBps: 100MiB/s
+    ioReadBps: 200000000
+`)
+	e := load(t, Options{DataFiles: []string{data}})
+	w := okWorkflow()
+	w.Steps[0].Resources.IOWriteBps = 100<<20 + 1 // above
+	w.Steps[0].Resources.IOReadBps = 200e6        // at the ceiling
+	w.Steps[1].Resources.IOWriteBps = 100 << 20   // at the ceiling; read left unlimited
+	d := eval(t, e, w, vmHost)
+	want := []string{
+		`step "build": resources.ioWriteBps 104857601 is above the ceiling 104857600 (data.agentsandbox.ceilings.ioWriteBps)`,
+		`step "test": resources.ioReadBps is unlimited, above the ceiling 200000000 (data.agentsandbox.ceilings.ioReadBps); set resources.ioRead`,
+	}
+	if !slices.Equal(d.Deny, want) {
+		t.Fatalf("deny=%q\nwant deny=%q", d.Deny, want)
+	}
+	w.Steps[0].Resources.IOWriteBps = 50e6
+	w.Steps[1].Resources.IOReadBps = 1 << 20
+	if d := eval(t, e, w, vmHost); len(d.Deny) != 0 {
+		t.Fatalf("deny=%q, want none: every rate at or under its ceiling", d.Deny)
+	}
+	// Without IO ceilings (the default data), unlimited rates are fine.
+	if d := eval(t, load(t, Options{}), okWorkflow(), vmHost); len(d.Deny) != 0 {
+		t.Fatalf("default policy denies unlimited IO: %q", d.Deny)
+	}
+}
+
 func TestPolicyDataJSONAndOrder(t *testing.T) {
 	dir := t.TempDir()
 	a := writeFile(t, filepath.Join(dir, "a.json"), `{"agentsandbox": {"ceilings": {"vcpu": 1}}}`)
