@@ -171,16 +171,11 @@ func Limits(r workflow.Resources, workspace string, deviceOf func(string) (cgrou
 		VCPU:        vcpu + 1,
 		PIDs:        HypervisorPIDs,
 	}
-	if r.IOReadBps == 0 && r.IOWriteBps == 0 {
-		return l, nil
+	// The hypervisor serves the guest's 9p workspace share: its IO to that
+	// disk is the step's.
+	if err := cgroup.ThrottleWorkspace(&l, r, workspace, deviceOf); err != nil {
+		return cgroup.Limits{}, err
 	}
-	dev, err := deviceOf(workspace)
-	if err != nil {
-		return cgroup.Limits{}, fmt.Errorf("throttle disk IO of the workspace %s (ioRead %s, ioWrite %s): the kernel throttles block devices only, and none was found under this path (tmpfs, overlayfs and btrfs have none to name): %w; "+
-			"put the workspace on a disk (for apply: a --state-dir on a disk) or remove the step's ioRead and ioWrite",
-			workspace, workflow.FormatIORate(r.IOReadBps), workflow.FormatIORate(r.IOWriteBps), err)
-	}
-	l.IOReadBps, l.IOWriteBps, l.IODevices = r.IOReadBps, r.IOWriteBps, []cgroup.Device{dev}
 	return l, nil
 }
 
