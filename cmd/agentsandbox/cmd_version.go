@@ -26,6 +26,7 @@ func newVersionCmd(stdio Stdio) *cobra.Command {
 	return &cobra.Command{
 		Use:     "version",
 		Short:   "Print the version of agentsandbox",
+		Long:    "version prints the tool version (the one records carry), the platform and the Go version." + exitStatusHelp,
 		Example: "  agentsandbox version",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
