@@ -32,7 +32,7 @@ in Nix base32. IDs may be abbreviated to a unique prefix, like git's.` + exitSta
 	cmd.PersistentFlags().StringVar(&opts.StateDir, "state-dir", "", "where records and blobs live (default $XDG_STATE_HOME/agentsandbox, /var/lib/agentsandbox for root)")
 	list := &cobra.Command{
 		Use: "list", Short: "List runs, newest first", Args: cobra.NoArgs,
-		Long: "list prints one line per record, newest first: id, workflow, status, start and duration.\nA record that fails its hash check is listed as unreadable." + exitStatusHelp,
+		Long:    "list prints one line per record, newest first: id, workflow, status, start and duration.\nA record that fails its hash check is listed as unreadable." + exitStatusHelp,
 		Example: "  agentsandbox records list",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRecordsList(cmd.Context(), stdio, opts)
@@ -40,7 +40,7 @@ in Nix base32. IDs may be abbreviated to a unique prefix, like git's.` + exitSta
 	}
 	show := &cobra.Command{
 		Use: "show ID", Short: "Print a summary of a record (--json: the record itself)", Args: cobra.ExactArgs(1),
-		Long: "show verifies the record's hash, then prints a summary of the run and each step,\nor with --json the canonical record bytes." + exitStatusHelp,
+		Long:    "show verifies the record's hash, then prints a summary of the run and each step,\nor with --json the canonical record bytes." + exitStatusHelp,
 		Example: "  agentsandbox records show 1b9x\n  agentsandbox records show --json 1b9x",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRecordsShow(cmd.Context(), stdio, opts, args)
@@ -59,7 +59,7 @@ anything differs.` + exitStatusHelp,
 	}
 	export := &cobra.Command{
 		Use: "export ID --to DIR", Short: "Restore a run's outputs from their NARs into DIR/STEP/PATH", Args: cobra.ExactArgs(1),
-		Long: "export restores every declared output of the run from its NAR in the blob store\n(verified on the way) into DIR/STEP/PATH, never overwriting." + exitStatusHelp,
+		Long:    "export restores every declared output of the run from its NAR in the blob store\n(verified on the way) into DIR/STEP/PATH, never overwriting." + exitStatusHelp,
 		Example: "  agentsandbox records export 1b9x --to out/\n  nix hash path out/train/model.bin   # equals the record's narHash",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRecordsExport(cmd.Context(), stdio, opts, args)
