@@ -34,6 +34,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
+	"github.com/agentsandbox/agentsandbox/vmrunner/sandbox"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -137,50 +138,6 @@ func job(spec vmrunner.StepSpec) guest.Job {
 	return j
 }
 
-// run holds what one Run created, for cleanup.
-type run struct {
-	b     *Backend
-	state vmrunner.State
-	ns    *netns.NS
-	cg    *cgroup.Group
-	root  string
-	proc  *jail.Process
-}
-
-func (r *run) record() error { return vmrunner.WriteState(r.b.opts.StateDir, r.state) }
-
-// cleanup removes everything in reverse order and, when all is gone, the
-// state file.
-func (r *run) cleanup() error {
-	var errs []error
-	if r.proc != nil {
-		r.proc.Close()
-		if err := r.proc.Kill(); err != nil {
-			errs = append(errs, err)
-		}
-		<-r.proc.Done()
-	}
-	if r.cg != nil {
-		if err := r.cg.Delete(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if r.ns != nil {
-		if err := r.ns.Delete(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if r.root != "" {
-		if err := os.Remove(r.root); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("remove jail root mount point: %w", err))
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("clean up (run `agentsandbox gc` to retry): %w", errors.Join(errs...))
-	}
-	return vmrunner.RemoveState(r.b.opts.StateDir, r.state)
-}
-
 // Run runs one step in a jail; see the package documentation.
 func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner.StepResult, err error) {
 	res.Isolation = workflow.IsolationNamespace
@@ -202,38 +159,23 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
-	r := &run{b: b, state: vmrunner.NewState(spec.RunID, name)}
+	nsName := netns.Name(spec.RunID, name)
+	root := filepath.Join(b.opts.JailDir, nsName)
+	sb := sandbox.New(b.opts.StateDir, spec.RunID, name, root)
 	defer func() {
-		if cerr := r.cleanup(); cerr != nil {
+		if cerr := sb.Cleanup(); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 	}()
-
-	nsName := netns.Name(spec.RunID, name)
-	cgPath := vmrunner.CgroupPath(spec.RunID, name)
-	r.state.Netns = []string{nsName}
-	r.state.Cgroups = []string{cgPath}
-	r.state.Dirs = []string{filepath.Join(b.opts.JailDir, nsName)}
-	if err := r.record(); err != nil {
-		return res, err
-	}
-	if r.ns, err = netns.Create(nsName); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			err = fmt.Errorf("%w (left by an earlier run? `agentsandbox gc` removes leftovers)", err)
-		}
-		return res, err
-	}
-	if r.cg, err = cgroup.New(cgPath, limits); err != nil {
+	if err := sb.Create(limits); err != nil {
 		return res, err
 	}
 	if err := os.MkdirAll(b.opts.JailDir, 0o700); err != nil {
 		return res, fmt.Errorf("create jail directory: %w", err)
 	}
-	root := r.state.Dirs[0]
-	if err := os.Mkdir(root, 0o700); err != nil {
-		return res, fmt.Errorf("create jail root mount point: %w", err)
+	if err := sb.Mkdir(root, "jail root mount point"); err != nil {
+		return res, err
 	}
-	r.root = root
 
 	if err := prepareDirs(spec); err != nil {
 		return res, err
@@ -247,42 +189,16 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	}
 
 	cfg := jail.Config{
-		RootDir: root, Hostname: hostname(name), NetnsPath: r.ns.Path(),
+		RootDir: root, Hostname: hostname(name),
 		Workspace: spec.Workspace, ControlDir: spec.ControlDir,
 		ClosurePaths: spec.ClosurePaths, EnvPath: spec.EnvPath,
 		TmpBytes: spec.Step.Resources.Disk, Console: spec.Console,
 		InitPath: b.opts.InitPath,
 	}
-	// On cgroup v2 the child is cloned straight into its group; on v1 it
-	// is held until Add has placed it.
-	cgFile, fdErr := r.cg.FD()
-	if fdErr == nil {
-		defer cgFile.Close()
-		cfg.CgroupFD = int(cgFile.Fd())
-	}
-	if r.proc, err = jail.Start(cfg); err != nil {
+	if err := sb.Start(ctx, cfg); err != nil {
 		return res, err
 	}
-	if fdErr != nil {
-		if err := r.cg.Add(r.proc.Pid()); err != nil {
-			return res, err
-		}
-	}
-	// Setup is quick, but a bind of a hung file system is not: stay
-	// cancellable while the jail is being built.
-	released := make(chan error, 1)
-	go func() { released <- r.proc.Release() }()
-	select {
-	case err := <-released:
-		if err != nil {
-			return res, err
-		}
-	case <-ctx.Done():
-		r.killAll()
-		<-released
-		return res, ctx.Err()
-	}
-	return b.wait(ctx, r, spec, res)
+	return wait(ctx, sb, spec, res)
 }
 
 // hostname is the step's name cut to the kernel's 64-byte limit.
@@ -322,79 +238,40 @@ func prepareDirs(spec vmrunner.StepSpec) error {
 
 // wait waits for the jail with the host's deadline and turns what it sees
 // into the step's result.
-func (b *Backend) wait(ctx context.Context, r *run, spec vmrunner.StepSpec, res vmrunner.StepResult) (vmrunner.StepResult, error) {
-	var deadline <-chan time.Time
+func wait(ctx context.Context, sb *sandbox.Sandbox, spec vmrunner.StepSpec, res vmrunner.StepResult) (vmrunner.StepResult, error) {
+	var timeout time.Duration
 	if ms := job(spec).TimeoutMS; ms > 0 {
-		t := time.NewTimer(time.Duration(ms)*time.Millisecond + HostGrace)
-		defer t.Stop()
-		deadline = t.C
+		timeout = time.Duration(ms)*time.Millisecond + HostGrace
 	}
-	// Poll usage so the pids peak is seen where the kernel keeps none.
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	hostTimeout := false
-	var cancelled error
-loop:
-	for {
-		select {
-		case <-r.proc.Done():
-			break loop
-		case <-tick.C:
-			_, _ = r.cg.Usage()
-		case <-deadline:
-			hostTimeout = true
-			deadline = nil
-			r.killAll()
-		case <-ctx.Done():
-			cancelled = ctx.Err()
-			r.killAll()
-			<-r.proc.Done()
-			break loop
-		}
+	x, err := sb.Wait(ctx, timeout, 50*time.Millisecond, func(bool) { sb.Kill() })
+	res.Usage = x.Usage
+	if err != nil {
+		return res, err
 	}
-	waitErr := r.proc.Wait()
-	usage, uerr := r.cg.Usage()
-	res.Usage = usage
-	if cancelled != nil {
-		return res, cancelled
-	}
-	if uerr != nil {
-		return res, uerr
-	}
+	usage := x.Usage
 	result, hasResult, rerr := vmrunner.ReadResult(spec.ControlDir)
 	res.Result, res.HasResult = result, hasResult
 	switch {
 	case usage.OOMKills > 0:
 		res.Status = vmrunner.StatusOOM
 		res.Detail = fmt.Sprintf("killed for memory: %d OOM kill(s) at the %d-byte limit", usage.OOMKills, spec.Step.Resources.Memory)
-	case hostTimeout || (hasResult && result.TimedOut):
+	case x.HostTimeout || (hasResult && result.TimedOut):
 		res.Status = vmrunner.StatusTimeout
 		res.Detail = fmt.Sprintf("ran past its %d ms timeout", job(spec).TimeoutMS)
-		if hostTimeout {
+		if x.HostTimeout {
 			res.Detail += "; the host killed the jail's cgroup"
 		}
 	case hasResult && result.Succeeded():
 		res.Status = vmrunner.StatusSucceeded
 	default:
 		res.Status = vmrunner.StatusFailed
-		switch {
-		case rerr != nil:
-			res.Detail = fmt.Sprintf("the jail ended without a result (%v; %v)", rerr, waitErr)
-		case result.Error != "":
-			res.Detail = result.Error
-		case result.Signal != "":
-			res.Detail = "killed by " + result.Signal
-		default:
-			res.Detail = fmt.Sprintf("exit status %d", result.ExitCode)
+		if rerr != nil {
+			res.Detail = fmt.Sprintf("the jail ended without a result (%v; %v)", rerr, x.Err)
+		} else {
+			res.Detail = sandbox.Detail(result)
 		}
 	}
 	return res, nil
-}
-
-// killAll freezes, kills and thaws the step's cgroup and kills the init.
-func (r *run) killAll() {
-	_ = r.cg.Kill()
-	_ = r.proc.Kill()
 }
 
 // GC removes what the state files in stateDir list for applies that are no

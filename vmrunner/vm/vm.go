@@ -52,6 +52,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
 	"github.com/agentsandbox/agentsandbox/vmrunner/nixbuild"
+	"github.com/agentsandbox/agentsandbox/vmrunner/sandbox"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -239,71 +240,31 @@ func job(spec vmrunner.StepSpec) guest.Job {
 	return j
 }
 
+// run is one step's VM: its sandbox and the VM's working directory.
 type run struct {
 	b       *Backend
-	state   vmrunner.State
-	ns      *netns.NS
-	cg      *cgroup.Group
+	sb      *sandbox.Sandbox
 	workDir string
-	rootDir string // the jail's root mount point
-	proc    *jail.Process
-	done    chan struct{}
-	waitErr error
 }
 
-func (r *run) record() error { return vmrunner.WriteState(r.b.opts.StateDir, r.state) }
-
-func (r *run) cleanup() error {
+// removeWorkDir empties the VM's working directory of our links and qemu's
+// socket, without following them; the directory itself goes with Mkdir's
+// removal.
+func removeWorkDir(workDir string) error {
 	var errs []error
-	if r.proc != nil {
-		select {
-		case <-r.done:
-		default:
-			if r.cg != nil {
-				_ = r.cg.Kill()
-			}
-			_ = r.proc.Kill()
-			<-r.done
-		}
-	}
-	if r.cg != nil {
-		if err := r.cg.Delete(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if r.ns != nil {
-		if err := r.ns.Delete(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if r.workDir != "" {
-		// Only our links and qemu's socket are in it: never follow them.
-		for _, n := range []string{"control", "workspace"} {
-			if err := os.Remove(filepath.Join(r.workDir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				errs = append(errs, fmt.Errorf("remove VM working directory: %w", err))
-			}
-		}
-		if ents, err := os.ReadDir(r.workDir); err == nil {
-			for _, e := range ents {
-				if e.Type()&fs.ModeSocket != 0 {
-					_ = os.Remove(filepath.Join(r.workDir, e.Name()))
-				}
-			}
-		}
-		if err := os.Remove(r.workDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	for _, n := range []string{"control", "workspace"} {
+		if err := os.Remove(filepath.Join(workDir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("remove VM working directory: %w", err))
 		}
 	}
-	if r.rootDir != "" {
-		// Empty on the host: the jail's mounts lived in its namespace only.
-		if err := os.Remove(r.rootDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("remove jail root mount point: %w", err))
+	if ents, err := os.ReadDir(workDir); err == nil {
+		for _, e := range ents {
+			if e.Type()&fs.ModeSocket != 0 {
+				_ = os.Remove(filepath.Join(workDir, e.Name()))
+			}
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("clean up (run `agentsandbox gc` to retry): %w", errors.Join(errs...))
-	}
-	return vmrunner.RemoveState(r.b.opts.StateDir, r.state)
+	return errors.Join(errs...)
 }
 
 // Run runs one step in a microVM; see the package documentation.
@@ -344,54 +305,41 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 		return res, err
 	}
 
-	r := &run{b: b, state: vmrunner.NewState(spec.RunID, name), done: make(chan struct{})}
-	defer func() {
-		if cerr := r.cleanup(); cerr != nil {
-			err = errors.Join(err, cerr)
-		}
-	}()
 	nsName := netns.Name(spec.RunID, name)
-	cgPath := vmrunner.CgroupPath(spec.RunID, name)
 	workDir := filepath.Join(b.opts.WorkDir, nsName)
 	rootDir := workDir + ".root"
 	hvUID := HypervisorUID(spec.Job.UID)
-	r.state.Netns = []string{nsName}
-	r.state.Cgroups = []string{cgPath}
-	r.state.Dirs = []string{workDir, rootDir}
-	if err := r.record(); err != nil {
-		return res, err
-	}
-	if r.ns, err = netns.Create(nsName); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			err = fmt.Errorf("%w (left by an earlier run? `agentsandbox gc` removes leftovers)", err)
+	sb := sandbox.New(b.opts.StateDir, spec.RunID, name, workDir, rootDir)
+	r := &run{b: b, sb: sb, workDir: workDir}
+	defer func() {
+		if cerr := sb.Cleanup(); cerr != nil {
+			err = errors.Join(err, cerr)
 		}
+	}()
+	if err := sb.Create(limits); err != nil {
 		return res, err
 	}
 	for _, tap := range ri.Taps {
-		if _, err := r.ns.CreateTap(tap, hvUID, ri.TapMultiQueue, ri.TapVnetHdr); err != nil {
+		if _, err := sb.NS.CreateTap(tap, hvUID, ri.TapMultiQueue, ri.TapVnetHdr); err != nil {
 			return res, fmt.Errorf("create tap %q in netns %q: %w", tap, nsName, err)
 		}
-		if err := setTapGroup(r.ns, tap, HypervisorGID, ri.TapMultiQueue, ri.TapVnetHdr); err != nil {
+		if err := setTapGroup(sb.NS, tap, HypervisorGID, ri.TapMultiQueue, ri.TapVnetHdr); err != nil {
 			return res, err
 		}
-	}
-	if r.cg, err = cgroup.New(cgPath, limits); err != nil {
-		return res, err
 	}
 	if err := os.MkdirAll(b.opts.WorkDir, 0o700); err != nil {
 		return res, fmt.Errorf("create VM directory: %w", err)
 	}
-	if err := os.Mkdir(workDir, 0o700); err != nil {
-		return res, fmt.Errorf("create VM working directory: %w", err)
+	if err := sb.Mkdir(workDir, "VM working directory"); err != nil {
+		return res, err
 	}
-	r.workDir = workDir
+	sb.OnCleanup(func() error { return removeWorkDir(workDir) })
 	if err := os.Chown(workDir, hvUID, HypervisorGID); err != nil {
 		return res, fmt.Errorf("give the VM working directory to the hypervisor's uid %d: %w", hvUID, err)
 	}
-	if err := os.Mkdir(rootDir, 0o700); err != nil {
-		return res, fmt.Errorf("create jail root mount point: %w", err)
+	if err := sb.Mkdir(rootDir, "jail root mount point"); err != nil {
+		return res, err
 	}
-	r.rootDir = rootDir
 	if err := linkShares(workDir, spec); err != nil {
 		return res, err
 	}
@@ -428,10 +376,12 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 		outs = append(outs, spec.Console)
 	}
 	cfg := JailConfig(spec, ri, accel, workDir, rootDir, closure)
-	cfg.NetnsPath = r.ns.Path()
 	cfg.Console = &crlfWriter{w: io.MultiWriter(outs...)}
-	if err := r.start(ctx, cfg); err != nil {
-		return res, err
+	if err := sb.Start(ctx, cfg); err != nil {
+		if ctx.Err() != nil {
+			return res, err
+		}
+		return res, fmt.Errorf("start runner %s: %w", cfg.Exec.Argv[0], err)
 	}
 	return b.wait(ctx, r, ri, spec, con, res)
 }
@@ -561,43 +511,6 @@ func RunnerEnv(accel string) []string {
 	return []string{"PATH=/usr/bin:/bin", "ACCEL=" + accel}
 }
 
-// start starts the jail in the step's cgroup (cloned into it on cgroup v2,
-// placed before release on v1) and releases it.
-func (r *run) start(ctx context.Context, cfg jail.Config) error {
-	cgFile, fdErr := r.cg.FD()
-	if fdErr == nil {
-		defer cgFile.Close()
-		cfg.CgroupFD = int(cgFile.Fd())
-	}
-	proc, err := jail.Start(cfg)
-	if err != nil {
-		return fmt.Errorf("start runner %s: %w", cfg.Exec.Argv[0], err)
-	}
-	r.proc = proc
-	go func() {
-		r.waitErr = proc.Wait()
-		close(r.done)
-	}()
-	if fdErr != nil {
-		if err := r.cg.Add(proc.Pid()); err != nil {
-			return err
-		}
-	}
-	released := make(chan error, 1)
-	go func() { released <- proc.Release() }()
-	select {
-	case err := <-released:
-		if err != nil {
-			return fmt.Errorf("start runner %s: %w", cfg.Exec.Argv[0], err)
-		}
-	case <-ctx.Done():
-		_ = proc.Kill()
-		<-released
-		return ctx.Err()
-	}
-	return nil
-}
-
 // crlfWriter turns the serial console's CR LF line ends into LF, so the
 // console reads like the job's own output; a lone CR passes through.
 type crlfWriter struct {
@@ -670,41 +583,16 @@ func (c *consoleWatch) state() (panicked, started bool) {
 // wait waits for the hypervisor with the host's deadline and turns what it
 // sees into the step's result.
 func (b *Backend) wait(ctx context.Context, r *run, ri RunnerInfo, spec vmrunner.StepSpec, con *consoleWatch, res vmrunner.StepResult) (vmrunner.StepResult, error) {
-	var deadline <-chan time.Time
+	var timeout time.Duration
 	if ms := hostTimeoutMS(spec); ms > 0 {
-		t := time.NewTimer(time.Duration(ms)*time.Millisecond + guest.KillGrace + b.opts.BootAllowance)
-		defer t.Stop()
-		deadline = t.C
+		timeout = time.Duration(ms)*time.Millisecond + guest.KillGrace + b.opts.BootAllowance
 	}
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	hostTimeout := false
-	var cancelled error
-loop:
-	for {
-		select {
-		case <-r.done:
-			break loop
-		case <-tick.C:
-			_, _ = r.cg.Usage()
-		case <-deadline:
-			hostTimeout = true
-			deadline = nil
-			r.shutdown(ri, true)
-		case <-ctx.Done():
-			cancelled = ctx.Err()
-			r.shutdown(ri, false)
-			break loop
-		}
+	x, err := r.sb.Wait(ctx, timeout, 100*time.Millisecond, func(graceful bool) { r.shutdown(ri, graceful) })
+	res.Usage = x.Usage
+	if err != nil {
+		return res, err
 	}
-	usage, uerr := r.cg.Usage()
-	res.Usage = usage
-	if cancelled != nil {
-		return res, cancelled
-	}
-	if uerr != nil {
-		return res, uerr
-	}
+	usage, hostTimeout := x.Usage, x.HostTimeout
 	panicked, _ := con.state()
 	result, hasResult, rerr := vmrunner.ReadResult(spec.ControlDir)
 	res.Result, res.HasResult = result, hasResult
@@ -726,15 +614,11 @@ loop:
 		case !hasResult && panicked:
 			res.Detail = "guest panicked"
 		case !hasResult && errors.Is(rerr, fs.ErrNotExist):
-			res.Detail = fmt.Sprintf("guest powered off without a result (hypervisor: %v)", exitText(r.waitErr))
+			res.Detail = fmt.Sprintf("guest powered off without a result (hypervisor: %v)", exitText(x.Err))
 		case !hasResult:
 			res.Detail = fmt.Sprintf("guest left no readable result: %v", rerr)
-		case result.Error != "":
-			res.Detail = result.Error
-		case result.Signal != "":
-			res.Detail = "killed by " + result.Signal
 		default:
-			res.Detail = fmt.Sprintf("exit status %d", result.ExitCode)
+			res.Detail = sandbox.Detail(result)
 		}
 	}
 	return res, nil
@@ -762,7 +646,7 @@ func (r *run) shutdown(ri RunnerInfo, graceful bool) {
 	grace := r.b.opts.ShutdownGrace
 	waitDone := func(d time.Duration) bool {
 		select {
-		case <-r.done:
+		case <-r.sb.Proc.Done():
 			return true
 		case <-time.After(d):
 			return false
@@ -789,9 +673,8 @@ func (r *run) shutdown(ri RunnerInfo, graceful bool) {
 			return
 		}
 	}
-	_ = r.cg.Kill()
-	_ = r.proc.Kill()
-	<-r.done
+	r.sb.Kill()
+	<-r.sb.Proc.Done()
 }
 
 // qmpSocket finds the runner's control socket: the one socket microvm-run

@@ -1,0 +1,258 @@
+// Package sandbox holds what one step owns on the host — its state file,
+// network namespace, cgroup and jail process — creates them in order with
+// each recorded in the state file first, and removes them in reverse order
+// on every path. Both isolation backends (vmrunner/namespace and
+// vmrunner/vm) run their steps through it and keep only what differs: the
+// namespace backend's job setup, the vm backend's working directory, taps
+// and QMP shutdown.
+//
+// A Run uses it like this:
+//
+//	sb := sandbox.New(stateDir, runID, step, dirs...) // names the netns, cgroup and dirs
+//	defer func() { err = errors.Join(err, sb.Cleanup()) }()
+//	sb.Create(limits)     // state file, then netns, then cgroup
+//	sb.Mkdir(dir, what)   // each directory the backend needs
+//	sb.Start(ctx, cfg)    // the jail, in the cgroup, released
+//	sb.Wait(ctx, ...)     // with the host's deadline, polling usage
+//
+// Cleanup kills the jail and its cgroup, deletes the cgroup, deletes the
+// netns, runs the removals registered with Mkdir and OnCleanup (last first)
+// and, only when all of that worked, removes the state file; otherwise the
+// state file stays for `agentsandbox gc`.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/netns"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
+)
+
+// Sandbox is what one step owns on the host. Its fields are set as each
+// part is created; a nil field was not (yet) created.
+type Sandbox struct {
+	stateDir string
+	state    vmrunner.State
+
+	NS     *netns.NS
+	Cgroup *cgroup.Group
+	Proc   *jail.Process
+
+	undo []func() error // removals registered by Mkdir and OnCleanup
+}
+
+// New names what the step runID/step will own: its netns
+// (netns.Name(runID, step)), its cgroup (vmrunner.CgroupPath(runID, step))
+// and dirs, the directories the backend will create, in stateDir's state
+// file. It creates nothing.
+func New(stateDir, runID, step string, dirs ...string) *Sandbox {
+	st := vmrunner.NewState(runID, step)
+	st.Netns = []string{netns.Name(runID, step)}
+	st.Cgroups = []string{vmrunner.CgroupPath(runID, step)}
+	st.Dirs = append([]string(nil), dirs...)
+	return &Sandbox{stateDir: stateDir, state: st}
+}
+
+// NetnsName is the name of the step's network namespace.
+func (s *Sandbox) NetnsName() string { return s.state.Netns[0] }
+
+// Create writes the state file, then creates the netns and then the cgroup
+// with limits.
+func (s *Sandbox) Create(limits cgroup.Limits) error {
+	if err := vmrunner.WriteState(s.stateDir, s.state); err != nil {
+		return err
+	}
+	ns, err := netns.Create(s.state.Netns[0])
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			err = fmt.Errorf("%w (left by an earlier run? `agentsandbox gc` removes leftovers)", err)
+		}
+		return err
+	}
+	s.NS = ns
+	cg, err := cgroup.New(s.state.Cgroups[0], limits)
+	if err != nil {
+		return err
+	}
+	s.Cgroup = cg
+	return nil
+}
+
+// Mkdir creates dir (mode 0700; it must be one of New's dirs) and has
+// Cleanup remove it again; what names it in errors ("create jail root
+// mount point: ...").
+func (s *Sandbox) Mkdir(dir, what string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", what, err)
+	}
+	s.OnCleanup(func() error {
+		if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", what, err)
+		}
+		return nil
+	})
+	return nil
+}
+
+// OnCleanup has Cleanup call fn after the netns is deleted. Functions run
+// last registered first; their errors keep the state file.
+func (s *Sandbox) OnCleanup(fn func() error) { s.undo = append(s.undo, fn) }
+
+// Start starts the jail cfg describes (in the netns, which Start sets) in
+// the step's cgroup — cloned straight into it on cgroup v2, placed there
+// while held on v1 — and releases it. Setup is quick, but a bind of a hung
+// file system is not: it stays cancellable while the jail is being built.
+func (s *Sandbox) Start(ctx context.Context, cfg jail.Config) error {
+	cfg.NetnsPath = s.NS.Path()
+	cgFile, fdErr := s.Cgroup.FD()
+	if fdErr == nil {
+		defer cgFile.Close()
+		cfg.CgroupFD = int(cgFile.Fd())
+	}
+	proc, err := jail.Start(cfg)
+	if err != nil {
+		return err
+	}
+	s.Proc = proc
+	if fdErr != nil {
+		if err := s.Cgroup.Add(proc.Pid()); err != nil {
+			return err
+		}
+	}
+	released := make(chan error, 1)
+	go func() { released <- proc.Release() }()
+	select {
+	case err := <-released:
+		return err
+	case <-ctx.Done():
+		s.Kill()
+		<-released
+		return ctx.Err()
+	}
+}
+
+// Kill kills the step's whole cgroup and the jail's init; it does not
+// wait.
+func (s *Sandbox) Kill() {
+	if s.Cgroup != nil {
+		_ = s.Cgroup.Kill()
+	}
+	if s.Proc != nil {
+		_ = s.Proc.Kill()
+	}
+}
+
+// Exit is how the jail ended, as Wait saw it.
+type Exit struct {
+	// HostTimeout is set when the host's deadline passed.
+	HostTimeout bool
+	// Usage is the cgroup's usage after the exit.
+	Usage vmrunner.Usage
+	// Err is the init's exit (jail.Process.Wait).
+	Err error
+}
+
+// Wait waits until the jail's init exits, reading the cgroup's usage every
+// poll so the pids peak is seen where the kernel keeps none. Once timeout
+// (when > 0) has passed it calls stop(true) and waits on; when ctx is done
+// it calls stop(false), waits for the exit and returns ctx's error. The
+// returned Exit has the usage also when Wait fails.
+func (s *Sandbox) Wait(ctx context.Context, timeout, poll time.Duration, stop func(timedOut bool)) (Exit, error) {
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	var x Exit
+	var cancelled error
+loop:
+	for {
+		select {
+		case <-s.Proc.Done():
+			break loop
+		case <-tick.C:
+			_, _ = s.Cgroup.Usage()
+		case <-deadline:
+			x.HostTimeout = true
+			deadline = nil
+			stop(true)
+		case <-ctx.Done():
+			cancelled = ctx.Err()
+			stop(false)
+			<-s.Proc.Done()
+			break loop
+		}
+	}
+	x.Err = s.Proc.Wait()
+	usage, err := s.Cgroup.Usage()
+	x.Usage = usage
+	if cancelled != nil {
+		return x, cancelled
+	}
+	return x, err
+}
+
+// Detail says how a job that left result failed: its error, the signal
+// that killed it or its exit status.
+func Detail(result guest.Result) string {
+	switch {
+	case result.Error != "":
+		return result.Error
+	case result.Signal != "":
+		return "killed by " + result.Signal
+	default:
+		return fmt.Sprintf("exit status %d", result.ExitCode)
+	}
+}
+
+// Cleanup removes everything in reverse order of creation — the jail
+// (killed with its cgroup if it still runs), the cgroup, the netns, then
+// the OnCleanup and Mkdir removals — and, when all is gone, the state file.
+// It attempts every removal even after one fails.
+func (s *Sandbox) Cleanup() error {
+	var errs []error
+	if s.Proc != nil {
+		s.Proc.Close()
+		select {
+		case <-s.Proc.Done():
+		default:
+			if s.Cgroup != nil {
+				_ = s.Cgroup.Kill()
+			}
+			if err := s.Proc.Kill(); err != nil {
+				errs = append(errs, err)
+			}
+			<-s.Proc.Done()
+		}
+	}
+	if s.Cgroup != nil {
+		if err := s.Cgroup.Delete(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.NS != nil {
+		if err := s.NS.Delete(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i := len(s.undo) - 1; i >= 0; i-- {
+		if err := s.undo[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("clean up (run `agentsandbox gc` to retry): %w", errors.Join(errs...))
+	}
+	return vmrunner.RemoveState(s.stateDir, s.state)
+}
