@@ -139,7 +139,9 @@ ceiling(field, v) := units.parse_bytes(v) if {
 
 ceiling("timeoutMs", v) := time.parse_duration_ns(v) / 1000000 if is_string(v)
 
-ceiling("bandwidth", v) := units.parse(v) if is_string(v)
+# Bandwidth is bits per second, written like the workflow ("100Mbit",
+# "500kbit") or as a plain number with an SI suffix ("100M").
+ceiling("bandwidth", v) := units.parse(trim_suffix(v, "bit")) if is_string(v)
 
 # Disk IO rates are bytes per second, written like the workflow's
 # ("100MiB/s") or as a size ("100MiB").
@@ -173,6 +175,17 @@ deny contains msg if {
 	some step in input.workflow.steps
 	object.get(step.resources, field, 0) == 0
 	msg := sprintf("step %q: resources.%s is unlimited, above the ceiling %v (data.agentsandbox.ceilings.%s); set resources.%s", [step.name, field, limit, field, trim_suffix(field, "Bps")])
+}
+
+# Bandwidth left unlimited (0) on a step with egress is above any ceiling
+# on it. (A step without egress has no bandwidth to limit; a timeout of 0
+# only warns, below.)
+deny contains msg if {
+	limit := ceiling("bandwidth", cfg_ceilings.bandwidth)
+	some step in input.workflow.steps
+	count(step.network.allow) > 0
+	object.get(step.resources, "bandwidth", 0) == 0
+	msg := sprintf("step %q: resources.bandwidth is unlimited, above the ceiling %v (data.agentsandbox.ceilings.bandwidth); set resources.bandwidth", [step.name, limit])
 }
 
 # ---- isolation -------------------------------------------------------------

@@ -265,6 +265,32 @@ agentsandbox:
 	}
 }
 
+// TestBandwidthCeilingDeniesUnlimitedEgress: with a bandwidth ceiling, a
+// step with egress must set a bandwidth; a step without egress need not.
+func TestBandwidthCeilingDeniesUnlimitedEgress(t *testing.T) {
+	dir := t.TempDir()
+	data := writeFile(t, filepath.Join(dir, "team.yaml"), "agentsandbox:\n  ceilings:\n    bandwidth: 100Mbit\n")
+	e := load(t, Options{DataFiles: []string{data}})
+	w := okWorkflow()
+	w.Steps[0].Network.Allow = []string{"10.1.0.0/16:443"}
+	w.Steps[0].Resources.Bandwidth = 0
+	w.Steps[1].Network.Allow = nil
+	w.Steps[1].Resources.Bandwidth = 0
+	d := eval(t, e, w, vmHost)
+	want := []string{`step "build": resources.bandwidth is unlimited, above the ceiling 100000000 (data.agentsandbox.ceilings.bandwidth); set resources.bandwidth`}
+	if !slices.Equal(d.Deny, want) {
+		t.Fatalf("deny=%q\nwant deny=%q", d.Deny, want)
+	}
+	w.Steps[0].Resources.Bandwidth = 50e6
+	if d := eval(t, e, w, vmHost); len(d.Deny) != 0 {
+		t.Fatalf("deny=%q, want none", d.Deny)
+	}
+	w.Steps[0].Resources.Bandwidth = 100e6 + 1
+	if d := eval(t, e, w, vmHost); len(d.Deny) != 1 || !strings.Contains(d.Deny[0], "above the ceiling 100000000") {
+		t.Fatalf("deny=%q, want the bandwidth above the 100Mbit ceiling", d.Deny)
+	}
+}
+
 func TestPolicyDataJSONAndOrder(t *testing.T) {
 	dir := t.TempDir()
 	a := writeFile(t, filepath.Join(dir, "a.json"), `{"agentsandbox": {"ceilings": {"vcpu": 1}}}`)
