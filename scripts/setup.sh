@@ -7,6 +7,11 @@ cd "$(dirname "$0")/.."
 
 packages=(
   nix-bin           # nix build, nix-instantiate --parse, nix hash path
+  nix-setup-systemd # Nix's build users (group nixbld, nixbld1-10) and /etc/nix/nix.conf:
+                    # nix-bin alone leaves root's builds failing with "the group 'nixbld'
+                    # specified in 'build-users-group' does not exist". Its postinst
+                    # only adds users and groups, so it works without systemd as PID 1.
+  e2fsprogs         # mkfs.ext4 for the workspace quota image
   qemu-system-x86   # vm isolation (software emulation here)
   busybox-static    # VM test fixture initramfs; offline Nix test flakes
   iproute2          # ip netns, for people inspecting runs
@@ -26,6 +31,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# nix-setup-systemd was installed before this script installed it on some
+# machines, or a user removed the group since: check the outcome, not the package.
+if command -v nix >/dev/null && ! getent group nixbld >/dev/null; then
+  echo "setup: Nix is installed but its build group nixbld is missing; reinstalling nix-setup-systemd" >&2
+  if [ "$(id -u)" -eq 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --reinstall nix-setup-systemd >/dev/null
+  else
+    echo "setup: run as root: sudo apt-get install --reinstall nix-setup-systemd" >&2
+    exit 1
+  fi
 fi
 
 go mod download

@@ -185,6 +185,8 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 func applyExit(err error) error {
 	var build *pipeline.BuildError
 	switch {
+	case errors.Is(err, nixbuild.ErrBuildUsers):
+		return withExit(ExitInfra, err) // the host's Nix setup, not the workflow
 	case errors.As(err, &build):
 		return withExit(ExitBuild, err)
 	case errors.Is(err, nixbuild.ErrNixMissing), errors.Is(err, pipeline.ErrNoNix):

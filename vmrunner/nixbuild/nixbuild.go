@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -35,6 +36,19 @@ const ExperimentalFeatures = "nix-command flakes"
 var ErrNixMissing = errors.New("nix not found in PATH: install it (Debian and Ubuntu: apt-get install nix-bin; " +
 	"elsewhere the installer from https://nixos.org/download), or use isolation: namespace, " +
 	"which needs no Nix for steps without packages")
+
+// ErrBuildUsers says that Nix is configured to build as the members of a
+// build-users group that does not exist, which Debian's nix-bin leaves so:
+// the package installs Nix but not its build users.
+var ErrBuildUsers = errors.New("nix cannot build: its build-users group does not exist. " +
+	"Create Nix's build users (Debian and Ubuntu: apt-get install nix-setup-systemd, " +
+	"which adds the group nixbld and users nixbld1-10 and works without systemd as PID 1; " +
+	"scripts/setup.sh does this), or build as root without them by setting " +
+	"'build-users-group =' in /etc/nix/nix.conf")
+
+// buildUsersMissing matches Nix's message for a missing build-users group,
+// as Nix 2.8 to 2.2x print it.
+var buildUsersMissing = regexp.MustCompile(`the group '([^']*)' specified in 'build-users-group' does not exist`)
 
 // stderrTail is how much of nix's stderr a failure shows.
 const stderrTail = 4000
@@ -239,6 +253,8 @@ func run(ctx context.Context, nix string, argv []string, live io.Writer) ([]byte
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		} else if m := buildUsersMissing.FindStringSubmatch(stderr.String()); m != nil {
+			err = fmt.Errorf("%w (group %q; %v)", ErrBuildUsers, m[1], err)
 		}
 		return nil, &commandError{argv: argv, err: err, stderr: strings.TrimSpace(stderr.String())}
 	}

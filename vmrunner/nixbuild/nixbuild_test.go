@@ -2,6 +2,8 @@ package nixbuild
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -175,5 +177,25 @@ func TestTailBuffer(t *testing.T) {
 	tb.Write([]byte("defgh"))
 	if tb.String() != "[...]\ndefgh" {
 		t.Errorf("%q", tb.String())
+	}
+}
+
+// TestBuildUsersMissing: Debian's nix-bin without its build users fails
+// every build; the error names the group and the fix.
+func TestBuildUsersMissing(t *testing.T) {
+	dir := t.TempDir()
+	nix := filepath.Join(dir, "nix")
+	script := "#!/bin/sh\necho \"error: the group 'nixbld' specified in 'build-users-group' does not exist\" >&2\nexit 1\n"
+	if err := os.WriteFile(nix, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Build(t.Context(), t.TempDir(), []string{"packages.x86_64-linux.hello"}, Options{Nix: nix})
+	if !errors.Is(err, ErrBuildUsers) {
+		t.Fatalf("Build = %v, want ErrBuildUsers", err)
+	}
+	for _, want := range []string{`group "nixbld"`, "apt-get install nix-setup-systemd", "build-users-group ="} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
 	}
 }
