@@ -1,5 +1,5 @@
-// Package cgroup holds a step to its quotas: memory without swap, a pids
-// limit, a CPU quota from its vCPUs and optional block IO throttling, and
+// Package cgroup holds a step to its quotas: memory without swap (and its
+// TCP socket buffers within the same bound), a pids limit, a CPU quota from its vCPUs and optional block IO throttling, and
 // reads back what the step used.
 //
 // It is built on github.com/containerd/cgroups/v3 and supports both cgroup
@@ -85,7 +85,11 @@ func (d Device) String() string { return fmt.Sprintf("%d:%d", d.Major, d.Minor) 
 type Limits struct {
 	// MemoryBytes caps memory; swap is not allowed on top (v1:
 	// memory.memsw.limit_in_bytes = MemoryBytes when the kernel accounts
-	// swap; v2: memory.swap.max = 0 when the file exists).
+	// swap; v2: memory.swap.max = 0 when the file exists). TCP socket
+	// buffers are held too: v2 charges them to memory.max; v1 charges
+	// them only to memory.kmem.tcp.limit_in_bytes, set to MemoryBytes as
+	// well. New refuses a memory limit where the kernel cannot charge
+	// them (no kmem.tcp file on v1, cgroup.memory=nosocket).
 	MemoryBytes int64
 	// PIDs caps tasks: processes and threads.
 	PIDs int64

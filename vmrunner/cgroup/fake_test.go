@@ -135,7 +135,7 @@ func TestResourcesV1(t *testing.T) {
 	l := Limits{MemoryBytes: mem, PIDs: pids, VCPU: 2, IOWriteBps: 2000, IODevices: []Device{{254, 0}}}
 	got := resourcesV1(l, true)
 	want := &specs.LinuxResources{
-		Memory:  &specs.LinuxMemory{Limit: &mem, Swap: &mem},
+		Memory:  &specs.LinuxMemory{Limit: &mem, Swap: &mem, KernelTCP: &mem},
 		Pids:    &specs.LinuxPids{Limit: &pids},
 		CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
 		BlockIO: &specs.LinuxBlockIO{ThrottleWriteBpsDevice: []specs.LinuxThrottleDevice{{LinuxBlockIODevice: specs.LinuxBlockIODevice{Major: 254, Minor: 0}, Rate: 2000}}},
@@ -366,6 +366,9 @@ func fakeV1(t *testing.T, swap bool, controllers ...string) string {
 	for _, c := range controllers {
 		write(t, filepath.Join(root, c, "cgroup.procs"), "")
 	}
+	if exists(filepath.Join(root, "memory")) {
+		write(t, filepath.Join(root, "memory", "memory.kmem.tcp.limit_in_bytes"), "9223372036854771712\n")
+	}
 	if swap {
 		write(t, filepath.Join(root, "memory", "memory.memsw.limit_in_bytes"), "9223372036854771712\n")
 		write(t, filepath.Join(root, "memory", "memory.memsw.usage_in_bytes"), "0\n")
@@ -390,6 +393,7 @@ func TestV1Limits(t *testing.T) {
 	want := map[string]string{
 		"memory/asb/run/step/memory.limit_in_bytes":          "67108864",
 		"memory/asb/run/step/memory.memsw.limit_in_bytes":    "67108864",
+		"memory/asb/run/step/memory.kmem.tcp.limit_in_bytes": "67108864",
 		"pids/asb/run/step/pids.max":                         "32",
 		"cpu/asb/run/step/cpu.cfs_period_us":                 "100000",
 		"cpu/asb/run/step/cpu.cfs_quota_us":                  "200000",
@@ -558,4 +562,82 @@ func deleteByPathAt(t *testing.T, root, p string) error {
 	}
 	g.rmdir = fakeRmdir
 	return g.Delete()
+}
+
+// fakeCmdline points the kernel command line at a file holding line.
+func fakeCmdline(t *testing.T, line string) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "cmdline")
+	write(t, p, line+"\n")
+	old := cmdlineFile
+	cmdlineFile = p
+	t.Cleanup(func() { cmdlineFile = old })
+}
+
+// TestV1TCPBuffers: on v1 the kernel charges TCP socket buffers to a group
+// only once memory.kmem.tcp.limit_in_bytes is written, so a memory limit
+// writes it too, and New refuses where the kernel cannot charge them.
+func TestV1TCPBuffers(t *testing.T) {
+	fakeCmdline(t, "BOOT_IMAGE=/vmlinuz root=/dev/vda1 ro")
+	root := fakeV1(t, false, "memory", "pids", "cpu", "cpuacct", "freezer")
+	if _, err := newAt("v1", root, "/asb/r/s", Limits{MemoryBytes: 32 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, filepath.Join(root, "memory/asb/r/s/memory.kmem.tcp.limit_in_bytes")); got != "33554432" {
+		t.Errorf("memory.kmem.tcp.limit_in_bytes = %q, want the memory limit 33554432", got)
+	}
+	// No memory limit: nothing to charge against, nothing written.
+	if _, err := newAt("v1", root, "/asb/r/n", Limits{PIDs: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if exists(filepath.Join(root, "memory/asb/r/n/memory.kmem.tcp.limit_in_bytes")) {
+		t.Error("wrote a TCP limit without a memory limit")
+	}
+
+	// A kernel without the file (kmem.tcp is deprecated on v1).
+	os.Remove(filepath.Join(root, "memory", "memory.kmem.tcp.limit_in_bytes"))
+	_, err := newAt("v1", root, "/asb/r/t", Limits{MemoryBytes: 32 << 20})
+	if err == nil || !strings.Contains(err.Error(), "memory.kmem.tcp.limit_in_bytes") || !strings.Contains(err.Error(), "TCP") {
+		t.Errorf("v1 without kmem.tcp: %v, want an error naming the file", err)
+	}
+	if exists(filepath.Join(root, "memory/asb/r/t")) {
+		t.Error("the refused group was created")
+	}
+
+	// Socket accounting switched off at boot.
+	root = fakeV1(t, false, "memory", "pids", "cpu", "cpuacct", "freezer")
+	fakeCmdline(t, "ro cgroup.memory=nokmem,nosocket quiet")
+	if _, err := newAt("v1", root, "/asb/r/s", Limits{MemoryBytes: 32 << 20}); err == nil || !strings.Contains(err.Error(), "nosocket") {
+		t.Errorf("v1 with cgroup.memory=nosocket: %v, want a refusal", err)
+	}
+}
+
+// TestV2TCPBuffers: on v2 memory.max covers TCP socket buffers; nothing
+// else is written, unless the kernel was booted without socket accounting.
+func TestV2TCPBuffers(t *testing.T) {
+	fakeCmdline(t, "ro cgroup.memory=nokmem quiet")
+	mount := fakeV2(t, "cpu memory pids")
+	fakeV2Parents(t, mount, "/asb/r/s")
+	g, err := newAt("v2", mount, "/asb/r/s", Limits{MemoryBytes: 32 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := g.Dirs()[0]
+	if got := read(t, filepath.Join(leaf, "memory.max")); got != "33554432" {
+		t.Errorf("memory.max = %q", got)
+	}
+	ents, err := os.ReadDir(leaf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.Contains(e.Name(), "kmem") || strings.Contains(e.Name(), "tcp") {
+			t.Errorf("wrote %s on v2", e.Name())
+		}
+	}
+	fakeCmdline(t, "cgroup.memory=nosocket")
+	fakeV2Parents(t, mount, "/asb/r/t")
+	if _, err := newAt("v2", mount, "/asb/r/t", Limits{MemoryBytes: 32 << 20}); err == nil || !strings.Contains(err.Error(), "nosocket") {
+		t.Errorf("v2 with cgroup.memory=nosocket: %v, want a refusal", err)
+	}
 }

@@ -46,3 +46,32 @@ func killPids(pids []int) error {
 	}
 	return errors.Join(errs...)
 }
+
+// cmdlineFile is the kernel command line; tests point it at a fake.
+var cmdlineFile = "/proc/cmdline"
+
+// socketAccounting fails when the kernel was booted with
+// cgroup.memory=nosocket, which stops charging socket buffers to memory
+// groups in both cgroup versions: then a step's TCP buffers escape its
+// memory limit. The library has no API for this.
+func socketAccounting() error {
+	b, err := os.ReadFile(cmdlineFile)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("read the kernel command line: %w", err)
+	}
+	for _, arg := range strings.Fields(string(b)) {
+		v, ok := strings.CutPrefix(arg, "cgroup.memory=")
+		if !ok {
+			continue
+		}
+		for _, o := range strings.Split(v, ",") {
+			if o == "nosocket" {
+				return fmt.Errorf("the kernel was booted with %s: socket buffers are not charged to memory cgroups, so a step's TCP buffers would escape its memory limit; boot without nosocket", arg)
+			}
+		}
+	}
+	return nil
+}

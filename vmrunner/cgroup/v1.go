@@ -102,11 +102,20 @@ func hierarchyV1(root string, names []string) cgroup1.Hierarchy {
 // resourcesV1 are the runtime-spec resources that hold a v1 group to l.
 // swap says whether the kernel accounts swap (memory.memsw.*): then
 // memory+swap equals memory, so no swap on top.
+//
+// TCP socket buffers get their own limit of the same size
+// (memory.kmem.tcp.limit_in_bytes). On v1 the kernel charges a group's TCP
+// buffers only once that file has been written, and then to a counter of
+// its own, not to memory.limit_in_bytes: without it a job queues socket
+// buffers in the host-wide TCP pool (tcp_mem) with no bound but the
+// host's. A step can so hold at most twice its memory limit: its memory
+// and as much again in TCP buffers.
 func resourcesV1(l Limits, swap bool) *specs.LinuxResources {
 	r := &specs.LinuxResources{}
 	if l.MemoryBytes > 0 {
 		m := l.MemoryBytes
-		r.Memory = &specs.LinuxMemory{Limit: &m}
+		tcp := l.MemoryBytes
+		r.Memory = &specs.LinuxMemory{Limit: &m, KernelTCP: &tcp}
 		if swap {
 			s := l.MemoryBytes
 			r.Memory.Swap = &s
@@ -149,6 +158,11 @@ func newV1(root, rel string, l Limits) (*v1, error) {
 	// Whether the kernel accounts swap: the library has no API for it
 	// (its OptionalSwap looks at the same kind of file, for stats only).
 	swap := exists(filepath.Join(root, "memory", "memory.memsw.limit_in_bytes"))
+	if l.MemoryBytes > 0 {
+		if err := tcpAccountingV1(root); err != nil {
+			return nil, err
+		}
+	}
 	g := &v1{root: root, rel: rel, ctrl: map[string]string{}}
 	for _, c := range need {
 		g.ctrl[c] = filepath.Join(mounts[c], rel)
@@ -162,6 +176,19 @@ func newV1(root, rel string, l Limits) (*v1, error) {
 		return nil, err
 	}
 	return g, nil
+}
+
+// tcpAccountingV1 checks that the kernel can charge TCP socket buffers to
+// a v1 memory group: memory.kmem.tcp.limit_in_bytes exists (deprecated
+// since Linux 6.x, which logs so once, but still there), and socket
+// accounting is not switched off on the kernel command line. Without it a
+// step's TCP buffers would escape its memory limit, so New refuses.
+func tcpAccountingV1(root string) error {
+	f := filepath.Join(root, "memory", "memory.kmem.tcp.limit_in_bytes")
+	if !exists(f) {
+		return fmt.Errorf("the kernel has no %s: on cgroup v1 a step's TCP socket buffers could not be charged to its memory limit; boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1), which charges them to memory.max", f)
+	}
+	return socketAccounting()
 }
 
 // openV1 loads the group in every mounted hierarchy it exists in; the

@@ -57,6 +57,14 @@ func resourcesV2(l Limits) *cgroup2.Resources {
 }
 
 func newV2(mount, rel string, l Limits) (*v2, error) {
+	// memory.max covers the group's TCP socket buffers as well (unlike
+	// v1, where they need memory.kmem.tcp.limit_in_bytes), unless socket
+	// accounting is switched off at boot.
+	if l.MemoryBytes > 0 {
+		if err := socketAccounting(); err != nil {
+			return nil, err
+		}
+	}
 	res := resourcesV2(l)
 	ctrls := res.EnabledControllers()
 	if !hasControllers(mount, ctrls...) {
