@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/agentsandbox/agentsandbox/vmrunner/wsquota"
 )
 
 // DefaultStateDir holds one state file per running step. It is under /run
@@ -39,6 +41,21 @@ type State struct {
 	// recursively, so a mount that somehow leaked cannot take host files
 	// with it.
 	Dirs []string `json:"dirs,omitempty"`
+	// Mounts are mount points the step mounted a filesystem on, such as
+	// its workspace quota (vmrunner/wsquota). GC unmounts them (lazily when
+	// busy) before it removes anything, so no directory is ever removed
+	// through one.
+	Mounts []string `json:"mounts,omitempty"`
+	// Loops are loop devices the step attached, with the image each
+	// serves. GC detaches a device only while it still serves that image:
+	// a device number reused since is someone else's.
+	Loops []Loop `json:"loops,omitempty"`
+}
+
+// Loop is one loop device and the image file attached to it.
+type Loop struct {
+	Device string `json:"device"` // /dev/loopN
+	Image  string `json:"image"`  // absolute path of the backing file
 }
 
 // NewState starts the state of one step owned by the calling process.
@@ -166,18 +183,29 @@ func processStart(pid int) (uint64, error) {
 type Remover struct {
 	Netns  func(name string) error
 	Cgroup func(path string) error
+	// Unmount and Detach undo Mounts and Loops; nil takes
+	// wsquota.UnmountDir and wsquota.Detach.
+	Unmount func(dir string) error
+	Detach  func(device, image string) error
 }
 
 // GC removes what the state files in dir list for every owner that is no
 // longer running: cgroups first (killing what is left in them), then
-// network namespaces, then directories; a state file goes once all of its
-// entries are gone. It returns the entries it removed (or found already
-// gone) as "cgroup PATH", "netns NAME", "dir PATH" and "state FILE". States
-// of owners that still run are left alone.
+// network namespaces, then mounts, then loop devices, then directories; a
+// state file goes once all of its entries are gone. It returns the entries
+// it removed (or found already gone) as "cgroup PATH", "netns NAME",
+// "mount PATH", "loop DEVICE", "dir PATH" and "state FILE". States of
+// owners that still run are left alone.
 func GC(dir string, rm Remover) (removed []string, err error) {
 	states, err := ReadStates(dir)
 	if err != nil {
 		return nil, fmt.Errorf("gc: %w", err)
+	}
+	if rm.Unmount == nil {
+		rm.Unmount = wsquota.UnmountDir
+	}
+	if rm.Detach == nil {
+		rm.Detach = wsquota.Detach
 	}
 	var errs []error
 	for _, sf := range states {
@@ -207,6 +235,17 @@ func GC(dir string, rm Remover) (removed []string, err error) {
 				continue
 			}
 			note("netns "+n, rm.Netns(n))
+		}
+		unmounted := true
+		for _, m := range s.Mounts {
+			e := rm.Unmount(m)
+			unmounted = unmounted && e == nil
+			note("mount "+m, e)
+		}
+		if unmounted {
+			for _, l := range s.Loops {
+				note("loop "+l.Device, rm.Detach(l.Device, l.Image))
+			}
 		}
 		for _, d := range s.Dirs {
 			e := os.Remove(d)

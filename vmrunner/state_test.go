@@ -95,3 +95,54 @@ func TestGC(t *testing.T) {
 		t.Errorf("states left = %v, want the running owner's and the failed one's", names)
 	}
 }
+
+// TestGCMountsBeforeDirs: a killed step's workspace quota is unmounted and
+// its loop device detached before any directory goes, and a loop device is
+// not detached while the mount on it could not be undone.
+func TestGCMountsBeforeDirs(t *testing.T) {
+	dir := t.TempDir()
+	ws := filepath.Join(t.TempDir(), "workspace")
+	if err := os.Mkdir(ws, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s := State{RunID: "r1", Step: "a", PID: deadPID(t), Cgroups: []string{"/agentsandbox/r1/a"},
+		Mounts: []string{ws}, Loops: []Loop{{Device: "/dev/loop7", Image: "/runs/r1/steps/a/workspace.img"}}, Dirs: []string{ws}}
+	busy := State{RunID: "r2", Step: "b", PID: deadPID(t),
+		Mounts: []string{"/busy"}, Loops: []Loop{{Device: "/dev/loop8", Image: "/busy.img"}}}
+	for _, st := range []State{s, busy} {
+		if err := WriteState(dir, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := ReadStates(dir)
+	if err != nil || len(got) != 2 || !reflect.DeepEqual(got[0].State, s) {
+		t.Fatalf("ReadStates = %+v, %v, want the state with its mounts and loops", got, err)
+	}
+	var calls []string
+	rm := Remover{
+		Cgroup: func(p string) error { calls = append(calls, "cgroup "+p); return nil },
+		Unmount: func(d string) error {
+			calls = append(calls, "unmount "+d)
+			if d == "/busy" {
+				return errors.New("busy")
+			}
+			return nil
+		},
+		Detach: func(dev, img string) error { calls = append(calls, "detach "+dev+" "+img); return nil },
+	}
+	removed, err := GC(dir, rm)
+	if err == nil {
+		t.Error("GC: no error for the mount that could not be undone")
+	}
+	want := []string{"cgroup /agentsandbox/r1/a", "unmount " + ws, "detach /dev/loop7 /runs/r1/steps/a/workspace.img", "unmount /busy"}
+	if !reflect.DeepEqual(calls, want) {
+		t.Errorf("calls = %q\nwant    %q", calls, want)
+	}
+	wantRemoved := []string{"cgroup /agentsandbox/r1/a", "mount " + ws, "loop /dev/loop7", "dir " + ws, "state " + filepath.Join(dir, s.FileName())}
+	if !reflect.DeepEqual(removed, wantRemoved) {
+		t.Errorf("removed = %q\nwant      %q", removed, wantRemoved)
+	}
+	if left, _ := ReadStates(dir); len(left) != 1 || left[0].State.RunID != "r2" {
+		t.Errorf("states left = %+v, want only the busy one", left)
+	}
+}
