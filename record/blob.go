@@ -48,7 +48,7 @@ func (s *Store) PutBlob(r io.Reader) (Digest, int64, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := f.Chmod(0o444); err != nil {
+	if err := f.Chmod(BlobMode); err != nil {
 		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
@@ -66,7 +66,7 @@ func (s *Store) PutBlob(r io.Reader) (Digest, int64, error) {
 	}
 	fanout := filepath.Dir(final)
 	_, statErr := os.Stat(fanout)
-	if err := os.MkdirAll(fanout, 0o755); err != nil {
+	if err := os.MkdirAll(fanout, DirMode); err != nil {
 		return fail(err)
 	}
 	if err := os.Rename(tmp, final); err != nil {
@@ -137,16 +137,39 @@ func (s *Store) VerifyBlob(d Digest) error {
 // go-nix's nar.DumpPath and stores it as a blob. It returns the NAR hash,
 // the same value `nix hash path PATH` prints, and the NAR's size. The blob's
 // digest is hash.Blob().
+//
+// PutNAR is for paths the host controls (fetched inputs): it follows
+// symlinks in path's parents. What a job controls is serialised through
+// internal/jobfs and stored with PutNARFunc.
 func (s *Store) PutNAR(path string) (NarHash, int64, error) {
 	if _, err := os.Lstat(path); err != nil {
 		return NarHash{}, 0, fmt.Errorf("put nar: %w", err)
 	}
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(nar.DumpPath(pw, path)) }()
-	d, n, err := s.PutBlob(pr)
-	pr.Close()
+	h, n, err := s.PutNARFunc(func(w io.Writer) error { return nar.DumpPath(w, path) })
 	if err != nil {
 		return NarHash{}, 0, fmt.Errorf("put nar of %s: %w", path, err)
+	}
+	return h, n, nil
+}
+
+// PutNARFunc stores the NAR that dump writes to w as a blob and returns its
+// hash and size, like PutNAR. If dump fails, nothing is stored and its error
+// is returned wrapped (errors.Is and errors.As see it).
+func (s *Store) PutNARFunc(dump func(w io.Writer) error) (NarHash, int64, error) {
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := dump(pw)
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	d, n, err := s.PutBlob(pr)
+	pr.Close() // a dump still writing stops with io.ErrClosedPipe
+	if dumpErr := <-done; dumpErr != nil && !errors.Is(dumpErr, io.ErrClosedPipe) {
+		return NarHash{}, 0, fmt.Errorf("put nar: %w", dumpErr)
+	}
+	if err != nil {
+		return NarHash{}, 0, err
 	}
 	return NarHash(d), n, nil
 }
@@ -251,7 +274,7 @@ func (s *Store) PutRef(kind, key string, d Digest) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), DirMode); err != nil {
 		return fmt.Errorf("put ref %s/%s: %w", kind, key, err)
 	}
 	if err := atomicfile.WriteFile(path, []byte(d.String()+"\n"), 0o644); err != nil {

@@ -33,6 +33,12 @@ var (
 // Every file is written to a temp file in the directory it lands in (names
 // starting with ".tmp-"), synced, renamed, and the directory synced. Readers
 // ignore temp files, so a crash leaves at most an unused temp file.
+//
+// Blobs hold job output (logs, outputs), which may be secret: every
+// directory is 0700 and every blob 0400, so only the store's owner reads
+// them. OpenStore tightens the directories of a store made with looser
+// modes by an older version; blobs already stored keep their mode but sit
+// beneath the 0700 top directory.
 type Store struct {
 	dir string
 
@@ -69,11 +75,43 @@ func OpenStore(dir string) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
 	for _, sub := range []string{"records", "blobs", "refs", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(abs, sub), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(abs, sub), DirMode); err != nil {
+			return nil, fmt.Errorf("open store %s: %w", abs, err)
+		}
+	}
+	// MkdirAll keeps the mode of directories that exist: tighten a store
+	// made before its directories were private.
+	for _, d := range []string{"", "records", "blobs", "refs", "tmp"} {
+		if err := tighten(filepath.Join(abs, d)); err != nil {
 			return nil, fmt.Errorf("open store %s: %w", abs, err)
 		}
 	}
 	return &Store{dir: abs}, nil
+}
+
+// DirMode and BlobMode are the modes of the store's directories and blobs:
+// job output is readable by the store's owner only.
+const (
+	DirMode  fs.FileMode = 0o700
+	BlobMode fs.FileMode = 0o400
+)
+
+// tighten makes dir DirMode if it grants anything to group or others.
+func tighten(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if fi.Mode().Perm()&0o077 == 0 {
+		return nil
+	}
+	if err := os.Chmod(dir, DirMode); err != nil {
+		return fmt.Errorf("make %s private: %w", dir, err)
+	}
+	return nil
 }
 
 // Dir returns the store's root directory.

@@ -145,10 +145,18 @@ type Usage struct {
 
 // Logs are blob references to a step's output streams. A nil Console means
 // the backend has no separate console (namespace).
+//
+// A stream longer than the host keeps is stored as its head, a marker line
+// and its tail; the *Truncated fields count the bytes left out of its
+// middle, and are absent when nothing was (docs/records.md).
 type Logs struct {
 	Stdout  Digest  `json:"stdout"`
 	Stderr  Digest  `json:"stderr"`
 	Console *Digest `json:"console,omitempty"`
+
+	StdoutTruncated  int64 `json:"stdoutTruncated,omitempty"`
+	StderrTruncated  int64 `json:"stderrTruncated,omitempty"`
+	ConsoleTruncated int64 `json:"consoleTruncated,omitempty"`
 }
 
 // Output is one declared output, stored as a NAR. Its blob is
