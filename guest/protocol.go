@@ -9,7 +9,14 @@
 // versioned by ProtocolVersion and documented in docs/guest-protocol.md.
 package guest
 
-import "time"
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
 
 // ProtocolVersion is bumped on any incompatible change to Job or Result.
 const ProtocolVersion = 1
@@ -66,6 +73,31 @@ type Result struct {
 	Started  time.Time `json:"started"`
 	Finished time.Time `json:"finished"`
 	Rusage   Rusage    `json:"rusage"`
+}
+
+// MaxResultSize bounds result.json as the host reads it. The agent writes
+// well under 1 KiB plus the job's error text; anything bigger did not come
+// from a working agent.
+const MaxResultSize = 64 << 10
+
+// ParseResult decodes result.json strictly, as the host must read anything
+// from inside a sandbox: exactly one JSON object, of this protocol version,
+// with no field Result does not have. Bound the bytes before calling it
+// (MaxResultSize).
+func ParseResult(b []byte) (Result, error) {
+	var res Result
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&res); err != nil {
+		return Result{}, fmt.Errorf("decode result: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Result{}, errors.New("decode result: more than one JSON value")
+	}
+	if res.Version != ProtocolVersion {
+		return Result{}, fmt.Errorf("decode result: protocol version %d, the host speaks version %d", res.Version, ProtocolVersion)
+	}
+	return res, nil
 }
 
 // Rusage is the job's resource use as the guest kernel counted it.

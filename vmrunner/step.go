@@ -1,14 +1,12 @@
 package vmrunner
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 )
 
 // What every backend shares about a step on the host.
@@ -45,14 +43,23 @@ var ErrEgressUnsupported = errors.New("network egress is not supported yet: remo
 // ReadResult reads the agent's result.json from a control directory. The
 // bool is false when there is none (or it cannot be decoded): the job's
 // status is then a failure, whatever the sandbox's own exit status says.
+//
+// The sandbox could write anything there, so it is read as the job's: through
+// internal/jobfs (a regular file, not through a symlink), at most
+// guest.MaxResultSize bytes, and decoded strictly (guest.ParseResult).
 func ReadResult(controlDir string) (guest.Result, bool, error) {
-	var res guest.Result
-	b, err := os.ReadFile(filepath.Join(controlDir, guest.ResultFile))
+	root, err := jobfs.Open(controlDir)
 	if err != nil {
-		return res, false, fmt.Errorf("read result: %w", err)
+		return guest.Result{}, false, fmt.Errorf("read result: %w", err)
 	}
-	if err := json.Unmarshal(b, &res); err != nil {
-		return res, false, fmt.Errorf("decode result: %w", err)
+	defer root.Close()
+	b, err := root.ReadFile(guest.ResultFile, guest.MaxResultSize)
+	if err != nil {
+		return guest.Result{}, false, fmt.Errorf("read result: %w", err)
+	}
+	res, err := guest.ParseResult(b)
+	if err != nil {
+		return guest.Result{}, false, err
 	}
 	return res, true, nil
 }
