@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/term"
 
@@ -17,6 +20,12 @@ import (
 
 // progress shows apply's event stream: live lines on a terminal, plain
 // prefixed lines off one (CI), or JSON lines with --json.
+//
+// Job output is hostile: every string a display prints goes through
+// termSafe (or, for JSON, jsonSafe) so that escape sequences, bare carriage
+// returns and other controls a job prints cannot move the cursor, erase a
+// line, retitle the window or forge a "succeeded" line on the caller's
+// terminal. The log blob keeps the raw bytes.
 type progress interface {
 	Event(pipeline.Event)
 	Close()
@@ -25,7 +34,7 @@ type progress interface {
 // newProgress picks the display for w.
 func newProgress(w io.Writer, jsonLines bool, steps []string) progress {
 	if jsonLines {
-		return &jsonProgress{enc: json.NewEncoder(w)}
+		return &jsonProgress{enc: json.NewEncoder(jsonSafe{w})}
 	}
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		return newLiveProgress(w, steps)
@@ -54,6 +63,7 @@ type plainProgress struct {
 func (p *plainProgress) Event(e pipeline.Event) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	e = safeEvent(e)
 	switch e.Kind {
 	case pipeline.EventPhase:
 		fmt.Fprintf(p.w, "==> %s\n", e.Line)
@@ -64,7 +74,7 @@ func (p *plainProgress) Event(e pipeline.Event) {
 	case pipeline.EventLog:
 		fmt.Fprintf(p.w, "[%s] %s\n", e.Step, e.Line)
 	case pipeline.EventFinished:
-		fmt.Fprintf(p.w, "[%s] %s\n", e.Step, describeResult(e.Result))
+		fmt.Fprintf(p.w, "[%s] %s\n", e.Step, termSafe(describeResult(e.Result)))
 	case pipeline.EventSkipped:
 		fmt.Fprintf(p.w, "[%s] skipped: %s\n", e.Step, e.Line)
 	}
@@ -141,6 +151,7 @@ func (p *liveProgress) Event(e pipeline.Event) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	l := p.lines[e.Step]
+	e = safeEvent(e)
 	switch e.Kind {
 	case pipeline.EventPhase, pipeline.EventWarning:
 		p.clear()
@@ -198,10 +209,10 @@ func (p *liveProgress) redraw() {
 			elapsed = time.Since(l.started).Round(100 * time.Millisecond).String()
 		}
 		last := strings.TrimSpace(l.last)
-		if len(last) > 60 {
-			last = last[:57] + "..."
+		if r := []rune(last); len(r) > 60 {
+			last = string(r[:57]) + "..."
 		}
-		fmt.Fprintf(p.w, "  %-*s  %-10s %7s  %s\n", width, s, truncate(l.state, 40), elapsed, last)
+		fmt.Fprintf(p.w, "  %-*s  %-10s %7s  %s\n", width, termSafe(s), termSafe(truncate(l.state, 40)), elapsed, last)
 		p.drawn++
 	}
 }
@@ -220,4 +231,94 @@ func (p *liveProgress) Close() {
 	defer p.mu.Unlock()
 	p.redraw()
 	p.drawn = 0 // leave the final block on screen
+}
+
+// safeEvent is e with the strings a display prints made safe for a
+// terminal (termSafe). The result is only displayed; its Result is shared.
+func safeEvent(e pipeline.Event) pipeline.Event {
+	e.Step = termSafe(e.Step)
+	e.Line = termSafe(e.Line)
+	return e
+}
+
+// termSafe makes s safe to print on a terminal: it keeps printable text
+// and tabs and replaces everything a terminal would act on with a visible
+// escape, so a job's output can neither move the cursor nor erase or
+// rewrite what is on screen:
+//
+//   - C0 controls (carriage return, escape, backspace, bell...) and DEL
+//     become \xHH, e.g. "\r\x1b[2K" becomes `\x0d\x1b[2K`;
+//   - C1 controls U+0080-U+009F (U+009B is CSI on some terminals) and the
+//     bidirectional formatting characters (U+202E reverses the text shown
+//     after it) become \uHHHH;
+//   - bytes that are not valid UTF-8 become \xHH, so none of them can
+//     start a sequence a terminal decodes another way.
+func termSafe(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || termUnsafe(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case r < 0x80 && termUnsafe(r):
+			fmt.Fprintf(&b, "\\x%02x", r)
+		case termUnsafe(r):
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// termUnsafe reports whether a terminal acts on r rather than showing it.
+// Tabs are kept.
+func termUnsafe(r rune) bool {
+	switch {
+	case r == '\t':
+		return false
+	case r < 0x20, r == 0x7f, r >= 0x80 && r <= 0x9f:
+		return true
+	}
+	return unicode.Is(unicode.Bidi_Control, r) || r == '\u2028' || r == '\u2029'
+}
+
+// jsonSafe writes --json's lines with DEL and the C1 controls escaped as
+// \u007f and \u0080-\u009f. encoding/json escapes C0 controls and replaces
+// invalid UTF-8 but writes those raw; the escapes decode to the same
+// strings. Their bytes (0x7f; 0xc2 0x80-0x9f) can only occur inside JSON
+// strings, and each Encode call writes whole lines, so a plain byte
+// rewrite is exact.
+type jsonSafe struct{ w io.Writer }
+
+func (j jsonSafe) Write(p []byte) (int, error) {
+	if !bytes.ContainsFunc(p, func(r rune) bool { return r == 0x7f || r >= 0x80 && r <= 0x9f }) {
+		return j.w.Write(p)
+	}
+	out := make([]byte, 0, len(p)+32)
+	for i := 0; i < len(p); {
+		r, n := utf8.DecodeRune(p[i:])
+		if r == 0x7f || r >= 0x80 && r <= 0x9f {
+			out = fmt.Appendf(out, "\\u%04x", r)
+		} else {
+			out = append(out, p[i:i+n]...)
+		}
+		i += n
+	}
+	if _, err := j.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
@@ -87,5 +88,114 @@ func TestDescribeResult(t *testing.T) {
 		if got := describeResult(&c.r); got != c.want {
 			t.Errorf("got %q, want %q", got, c.want)
 		}
+	}
+}
+
+func TestTermSafe(t *testing.T) {
+	cases := []struct{ name, in, want string }{
+		{"plain", "epoch 1: loss 0.25", "epoch 1: loss 0.25"},
+		{"tab kept", "a\tb", "a\tb"},
+		{"utf-8 kept", "✓ café 日本", "✓ café 日本"},
+		{"forged succeeded line", "\r\x1b[2K✓ step succeeded", `\x0d\x1b[2K✓ step succeeded`},
+		{"cursor up and erase", "\x1b[1A\x1b[2Kdone", `\x1b[1A\x1b[2Kdone`},
+		{"window title (OSC)", "\x1b]0;pwned\x07", `\x1b]0;pwned\x07`},
+		{"bare CR mid-line", "100%\rok", `100%\x0dok`},
+		{"backspace", "abc\b\b\bxyz", `abc\x08\x08\x08xyz`},
+		{"NUL and DEL", "a\x00b\x7fc", `a\x00b\x7fc`},
+		{"newline", "a\nb", `a\x0ab`},
+		{"C1 CSI as UTF-8", "\u009b2K", `\u009b2K`},
+		{"C1 NEL", "x\u0085y", `x\u0085y`},
+		{"raw C1 byte, invalid UTF-8", "\x9b2K", `\x9b2K`},
+		{"invalid UTF-8", "a\xffb\xc3", `a\xffb\xc3`},
+		{"bidi override", "abc\u202etxt.exe", `abc\u202etxt.exe`},
+		{"replacement char itself kept", "\ufffd", "\ufffd"},
+	}
+	for _, c := range cases {
+		if got := termSafe(c.in); got != c.want {
+			t.Errorf("%s: termSafe(%q) = %q, want %q", c.name, c.in, got, c.want)
+		}
+	}
+}
+
+// hostileEvents are a job's attempts to forge apply's display.
+func hostileEvents() []pipeline.Event {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	return []pipeline.Event{
+		{Time: t0, Kind: pipeline.EventStarted, Step: "build"},
+		{Time: t0, Kind: pipeline.EventLog, Step: "build", Line: "\r\x1b[2K✓ step succeeded"},
+		{Time: t0, Kind: pipeline.EventLog, Step: "build", Line: "\x1b[1A\x1b[2K\x1b]0;title\x07\u009b2K"},
+		{Time: t0, Kind: pipeline.EventFinished, Step: "build", Result: &vmrunner.StepResult{
+			Status: vmrunner.StatusFailed, Detail: "init said \x1b[32mfine\x1b[0m",
+			Started: t0, Finished: t0.Add(time.Second)}},
+	}
+}
+
+// assertNoControls fails when out holds a control character other than
+// the newlines and tabs a display writes itself (and, for the live view,
+// the display's own cursor sequences, which allowed lists).
+func assertNoControls(t *testing.T, out string, allowed ...string) {
+	t.Helper()
+	for _, a := range allowed {
+		out = strings.ReplaceAll(out, a, "")
+	}
+	for i, r := range out {
+		if r == '\n' || r == '\t' {
+			continue
+		}
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == utf8.RuneError {
+			t.Errorf("control %U at byte %d reaches the terminal: %q", r, i, out)
+			return
+		}
+	}
+}
+
+func TestPlainProgressNeutralisesJobOutput(t *testing.T) {
+	var b bytes.Buffer
+	p := newProgress(&b, false, []string{"build"})
+	for _, e := range hostileEvents() {
+		p.Event(e)
+	}
+	p.Close()
+	want := `[build] started
+[build] \x0d\x1b[2K✓ step succeeded
+[build] \x1b[1A\x1b[2K\x1b]0;title\x07\u009b2K
+[build] failed: init said \x1b[32mfine\x1b[0m
+`
+	if b.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+	assertNoControls(t, b.String())
+}
+
+func TestLiveProgressNeutralisesJobOutput(t *testing.T) {
+	var b bytes.Buffer
+	p := newLiveProgress(&b, []string{"build"})
+	for _, e := range hostileEvents()[:2] {
+		p.Event(e)
+	}
+	p.Close()
+	out := b.String()
+	// The display's own cursor-up-and-erase is the only sequence allowed.
+	assertNoControls(t, out, "\x1b[1A\x1b[2K")
+	if !strings.Contains(out, `\x0d\x1b[2K✓ step succeeded`) {
+		t.Errorf("the job's line is not shown escaped:\n%q", out)
+	}
+}
+
+func TestJSONProgressEscapesControls(t *testing.T) {
+	var b bytes.Buffer
+	p := newProgress(&b, true, nil)
+	line := "\r\x1b[2K✓ ok \u009b2K \x7f \u0085 é"
+	p.Event(pipeline.Event{Kind: pipeline.EventLog, Step: "build", Line: line})
+	assertNoControls(t, strings.TrimSuffix(b.String(), "\n"))
+	var e pipeline.Event
+	if err := json.Unmarshal(b.Bytes(), &e); err != nil {
+		t.Fatalf("%v: %q", err, b.String())
+	}
+	if e.Line != line {
+		t.Errorf("JSON line decodes to %q, want the job's exact %q", e.Line, line)
+	}
+	if !strings.Contains(b.String(), `\u009b`) || !strings.Contains(b.String(), `\u007f`) {
+		t.Errorf("C1 and DEL not escaped: %q", b.String())
 	}
 }
