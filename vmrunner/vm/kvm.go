@@ -3,28 +3,63 @@ package vm
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 )
 
-// DefaultProbeCache caches the KVM probe's answer for this boot. It is
+// DefaultProbeCache caches the KVM probe's answers for this boot. It is
 // under /run (gone after a reboot) and also keyed by the boot id.
 const DefaultProbeCache = "/run/agentsandbox/kvm-probe.json"
 
 // ProbeTimeout bounds the probe guest. A working KVM runs it in a few
-// milliseconds; on a host where the vCPU spins it is cut off here.
-const ProbeTimeout = 2 * time.Second
+// milliseconds (qemu's own start-up is most of the probe's time); on a host
+// where the vCPU spins, or hangs once it leaves real mode, it is cut off
+// here.
+const ProbeTimeout = 3 * time.Second
 
 // probeExitCode is qemu's exit status when the probe payload wrote 0x31 to
 // the isa-debug-exit port: (0x31 << 1) | 1.
 const probeExitCode = 99
+
+// Target is what a KVM probe answers for: the CPU model and machine a
+// runner passes to qemu. KVM can run a real-mode payload and still fail a
+// Linux guest: nested virtualisation often refuses `-cpu host` outright
+// (qemu aborts setting an MSR) and hangs other models once the guest
+// leaves real mode. So a probe is only good for the CPU model it ran with.
+type Target struct {
+	CPU     string // -cpu value, such as "host,+x2apic,-sgx" or "max"
+	Machine string // -M value without accel, such as "microvm,acpi=on"; "microvm" when empty
+}
+
+// MicrovmNixTarget is what microvm.nix's qemu runner passes on x86_64-linux
+// when microvm.cpu is unset (the runners nixgen generates for KVM):
+// `-enable-kvm -cpu host,+x2apic,-sgx -M microvm,accel=kvm:tcg,acpi=on,…`.
+var MicrovmNixTarget = Target{CPU: "host,+x2apic,-sgx", Machine: "microvm,acpi=on,mem-merge=on,pic=off,pit=off,rtc=on,usb=off"}
+
+func (t Target) key() string { return t.CPU + " | " + t.machine() }
+
+func (t Target) machine() string {
+	if t.Machine == "" {
+		return "microvm"
+	}
+	return t.Machine
+}
+
+func (t Target) String() string {
+	if t.CPU == "" {
+		return "qemu's default CPU"
+	}
+	return "-cpu " + t.CPU
+}
 
 // Prober runs the KVM probe. The zero value probes with qemu-system-x86_64
 // from PATH and caches in DefaultProbeCache.
@@ -35,70 +70,95 @@ type Prober struct {
 	KVMDevice string        // /dev/kvm when empty
 }
 
-// probeCache is the cache file's content.
+// probeCache is the cache file's content: one answer per target.
 type probeCache struct {
-	BootID string `json:"bootId"`
+	BootID  string                 `json:"bootId"`
+	Answers map[string]probeAnswer `json:"answers"`
+}
+
+type probeAnswer struct {
 	Usable bool   `json:"usable"`
 	Reason string `json:"reason"`
 }
 
-// ProbeKVM reports whether KVM works on this host, using the per-boot cache.
+// ProbeKVM reports whether KVM runs microvm.nix's qemu runners here (with
+// MicrovmNixTarget), using the per-boot cache.
 func ProbeKVM(ctx context.Context) (usable bool, reason string) {
-	return Prober{}.Probe(ctx)
+	return Prober{}.Probe(ctx, MicrovmNixTarget)
 }
 
+// ProbeTarget is ProbeKVM for another target, such as a runner's own.
+func ProbeTarget(ctx context.Context, t Target) (bool, string) {
+	return Prober{}.Probe(ctx, t)
+}
+
+//go:embed kvmprobe/probe.bin
+var probeCode []byte
+
 // ProbePayload is the probe guest: 64 KiB of firmware whose reset vector
-// writes 0x31 to the isa-debug-exit port at 0xf4 (qemu then exits with
-// status 99) and halts. If the vCPU never executes it, qemu runs until the
-// time limit.
+// jumps to kvmprobe/probe.S, which enters 32-bit protected mode, turns on
+// paging and long mode, runs CPUID and RDTSC in a 64-bit code segment and
+// then writes 0x31 to the isa-debug-exit port at 0xf4 (qemu exits with
+// status 99). A vCPU that cannot get a guest that far never writes it.
 func ProbePayload() []byte {
 	b := bytes.Repeat([]byte{0xf4}, 64<<10) // hlt
-	code := []byte{
-		0xb0, 0x31, // mov al, 0x31
-		0xe6, 0xf4, // out 0xf4, al
-		0xf4,       // hlt
-		0xeb, 0xfd, // jmp back to hlt
-	}
-	copy(b[len(b)-16:], code) // the reset vector, 16 bytes below 4 GiB
+	copy(b, probeCode)
+	// At the reset vector (CS base 0xFFFF0000, IP 0xFFF0): ljmp 0xF000:0000,
+	// the image's low alias at linear 0xF0000, where probe.S is linked.
+	copy(b[0xfff0:], []byte{0xea, 0x00, 0x00, 0x00, 0xf0})
 	return b
 }
 
-// ProbeArgs is the probe's qemu command line for accel with the payload in
-// bios.
-func ProbeArgs(qemu, accel, bios string) []string {
-	return []string{qemu,
-		"-M", "microvm,x-option-roms=off,isa-serial=off,rtc=off",
+// ProbeArgs is the probe's qemu command line for accel and target with the
+// payload in bios.
+func ProbeArgs(qemu, accel string, t Target, bios string) []string {
+	argv := []string{qemu,
+		"-M", t.machine(),
 		"-accel", accel,
+	}
+	if t.CPU != "" {
+		argv = append(argv, "-cpu", t.CPU)
+	}
+	return append(argv,
 		"-m", "16",
 		"-nodefaults", "-no-user-config", "-display", "none",
 		"-bios", bios,
 		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
-	}
+	)
 }
 
 // Probe opens the KVM device and runs the probe payload under -accel kvm
-// with a time limit. The answer is cached per boot (by
-// /proc/sys/kernel/random/boot_id).
-func (p Prober) Probe(ctx context.Context) (bool, string) {
+// with t's CPU model and machine, with a time limit. Answers are cached
+// per boot (by /proc/sys/kernel/random/boot_id) and per target.
+func (p Prober) Probe(ctx context.Context, t Target) (bool, string) {
 	cache := p.CacheFile
 	if cache == "" {
 		cache = DefaultProbeCache
 	}
 	bootID := readBootID()
+	var c probeCache
 	if cache != "-" && bootID != "" {
 		if b, err := os.ReadFile(cache); err == nil {
-			var c probeCache
 			if json.Unmarshal(b, &c) == nil && c.BootID == bootID {
-				return c.Usable, c.Reason
+				if a, ok := c.Answers[t.key()]; ok {
+					return a.Usable, a.Reason
+				}
+			} else {
+				c = probeCache{}
 			}
 		}
 	}
-	usable, reason := p.probe(ctx, "kvm")
+	usable, reason := p.probe(ctx, t)
 	if ctx.Err() != nil {
 		return false, "probe cancelled: " + ctx.Err().Error()
 	}
 	if cache != "-" && bootID != "" {
-		b, _ := json.Marshal(probeCache{BootID: bootID, Usable: usable, Reason: reason})
+		c.BootID = bootID
+		if c.Answers == nil {
+			c.Answers = map[string]probeAnswer{}
+		}
+		c.Answers[t.key()] = probeAnswer{Usable: usable, Reason: reason}
+		b, _ := json.Marshal(c)
 		if err := os.MkdirAll(filepath.Dir(cache), 0o755); err == nil {
 			_ = atomicfile.WriteFile(cache, append(b, '\n'), 0o644)
 		}
@@ -108,11 +168,11 @@ func (p Prober) Probe(ctx context.Context) (bool, string) {
 
 // ProbeAccel runs the probe payload under accel without the cache or the
 // device check; tests use it with "tcg" to show the payload itself works.
-func (p Prober) ProbeAccel(ctx context.Context, accel string) (bool, string) {
-	return p.run(ctx, accel)
+func (p Prober) ProbeAccel(ctx context.Context, accel string, t Target) (bool, string) {
+	return p.run(ctx, accel, t)
 }
 
-func (p Prober) probe(ctx context.Context, accel string) (bool, string) {
+func (p Prober) probe(ctx context.Context, t Target) (bool, string) {
 	dev := p.KVMDevice
 	if dev == "" {
 		dev = "/dev/kvm"
@@ -122,10 +182,10 @@ func (p Prober) probe(ctx context.Context, accel string) (bool, string) {
 		return false, fmt.Sprintf("cannot open %s: %v", dev, err)
 	}
 	f.Close()
-	return p.run(ctx, accel)
+	return p.run(ctx, "kvm", t)
 }
 
-func (p Prober) run(ctx context.Context, accel string) (bool, string) {
+func (p Prober) run(ctx context.Context, accel string, t Target) (bool, string) {
 	qemu := p.Qemu
 	if qemu == "" {
 		var err error
@@ -148,22 +208,125 @@ func (p Prober) run(ctx context.Context, accel string) (bool, string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	argv := ProbeArgs(qemu, accel, bios)
+	argv := ProbeArgs(qemu, accel, t, bios)
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
-	var ee *exec.ExitError
+	return probeVerdict(accel, t, timeout, ctx.Err() == context.DeadlineExceeded, exitCode(err), err, out.String())
+}
+
+// probeVerdict turns how the probe's qemu ended into the answer: usable
+// only when the payload reached its exit port from long mode.
+func probeVerdict(accel string, t Target, timeout time.Duration, timedOut bool, code int, err error, output string) (bool, string) {
+	output = lastLines(strings.TrimSpace(output), 3)
 	switch {
-	case ctx.Err() == context.DeadlineExceeded:
-		return false, fmt.Sprintf("a probe guest under -accel %s did not run within %v (the vCPU never executed its first instructions)", accel, timeout)
-	case errors.As(err, &ee) && ee.ExitCode() == probeExitCode:
-		return true, fmt.Sprintf("a probe guest ran under -accel %s", accel)
+	case timedOut:
+		return false, fmt.Sprintf("a probe guest under -accel %s with %s did not reach long mode within %v (the vCPU hangs)", accel, t, timeout)
+	case code == probeExitCode:
+		return true, fmt.Sprintf("a probe guest under -accel %s with %s reached long mode", accel, t)
 	case err == nil:
-		return false, fmt.Sprintf("the probe guest under -accel %s exited without running its payload", accel)
+		return false, fmt.Sprintf("the probe guest under -accel %s with %s exited without running its payload", accel, t)
+	case output != "":
+		return false, fmt.Sprintf("qemu -accel %s with %s failed (%v): %s", accel, t, err, output)
 	default:
-		return false, fmt.Sprintf("qemu -accel %s failed: %v: %s", accel, err, strings.TrimSpace(out.String()))
+		return false, fmt.Sprintf("qemu -accel %s with %s failed: %v", accel, t, err)
 	}
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " / ")
+}
+
+// RunnerTarget is the probe target a qemu runner's microvm-run really
+// uses: its -cpu and -M options (accel removed). A runner that sets no
+// -cpu gets qemu's default model, which is what the probe then tries.
+func RunnerTarget(script string) Target {
+	args := shellWords(script)
+	var t Target
+	for i := 0; i+1 < len(args); i++ {
+		switch args[i] {
+		case "-cpu":
+			t.CPU = args[i+1]
+		case "-M", "-machine":
+			t.Machine = withoutAccel(args[i+1])
+		}
+	}
+	return t
+}
+
+// withoutAccel drops accel=… from a -M value: the probe picks the accel.
+func withoutAccel(m string) string {
+	var keep []string
+	for _, part := range strings.Split(m, ",") {
+		if !strings.HasPrefix(part, "accel=") {
+			keep = append(keep, part)
+		}
+	}
+	return strings.Join(keep, ",")
+}
+
+// shellWords splits a shell script into words the way sh would for the
+// plain quoting microvm.nix's escapeShellArgs and the fixture's runners
+// write: single quotes, double quotes, backslash escapes; no expansion.
+func shellWords(s string) []string {
+	var words []string
+	var cur strings.Builder
+	in := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\'':
+			in = true
+			j := strings.IndexByte(s[i+1:], '\'')
+			if j < 0 {
+				cur.WriteString(s[i+1:])
+				i = len(s)
+				break
+			}
+			cur.WriteString(s[i+1 : i+1+j])
+			i += j + 1
+		case c == '"':
+			in = true
+			for i++; i < len(s) && s[i] != '"'; i++ {
+				if s[i] == '\\' && i+1 < len(s) {
+					i++
+				}
+				cur.WriteByte(s[i])
+			}
+		case c == '\\' && i+1 < len(s):
+			in = true
+			i++
+			if s[i] != '\n' {
+				cur.WriteByte(s[i])
+			}
+		case c == ' ' || c == '\t' || c == '\n' || c == ';':
+			if in {
+				words = append(words, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			in = true
+			cur.WriteByte(c)
+		}
+	}
+	if in {
+		words = append(words, cur.String())
+	}
+	return words
 }
 
 func readBootID() string {

@@ -2,13 +2,18 @@ package vm
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -133,9 +138,213 @@ func TestCommandsAreData(t *testing.T) {
 	if got, want := RunnerCommand("/nix/store/r"), []string{"/nix/store/r/bin/microvm-run"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("RunnerCommand = %q", got)
 	}
-	if got, want := ProbeArgs("qemu", "kvm", "/p.bin"), []string{"qemu", "-M", "microvm,x-option-roms=off,isa-serial=off,rtc=off",
-		"-accel", "kvm", "-m", "16", "-nodefaults", "-no-user-config", "-display", "none", "-bios", "/p.bin",
+	if got, want := ProbeArgs("qemu", "kvm", MicrovmNixTarget, "/p.bin"), []string{"qemu",
+		"-M", "microvm,acpi=on,mem-merge=on,pic=off,pit=off,rtc=on,usb=off", "-accel", "kvm", "-cpu", "host,+x2apic,-sgx",
+		"-m", "16", "-nodefaults", "-no-user-config", "-display", "none", "-bios", "/p.bin",
 		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("ProbeArgs = %q", got)
+	}
+	if got := ProbeArgs("qemu", "tcg", Target{}, "/p.bin"); !reflect.DeepEqual(got[:5], []string{"qemu", "-M", "microvm", "-accel", "tcg"}) || got[5] == "-cpu" {
+		t.Errorf("ProbeArgs without a CPU model = %q, want machine microvm and qemu's default CPU", got)
+	}
+}
+
+// TestRunnerTarget: the probe runs with what microvm-run really passes.
+func TestRunnerTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name, script string
+		want         Target
+	}{
+		{"microvm.nix default (escapeShellArgs)",
+			"#! /nix/store/x-bash/bin/bash -e\nset -eou pipefail\nexec -a \"microvm@hello\" '/nix/store/q-qemu/bin/qemu-system-x86_64' '-name' 'hello' '-M' 'microvm,accel=kvm:tcg,acpi=on,mem-merge=on,pcie=off,pic=off,pit=off,rtc=on,usb=off' '-m' '512M' '-smp' '1' '-serial' 'chardev:stdio' '-enable-kvm' '-cpu' 'host,+x2apic,-sgx' '-device' 'i8042'\n",
+			Target{CPU: "host,+x2apic,-sgx", Machine: "microvm,acpi=on,mem-merge=on,pcie=off,pic=off,pit=off,rtc=on,usb=off"}},
+		{"nixgen's software-emulation runner",
+			"exec '/nix/store/q/bin/qemu-system-x86_64' '-M' 'microvm,accel=tcg,acpi=on' '-cpu' 'max'\n",
+			Target{CPU: "max", Machine: "microvm,acpi=on"}},
+		{"the test fixture", "#!/bin/busybox sh\nset -eu\nexec /q/qemu -name f -M microvm,acpi=on,rtc=on -accel \"${ACCEL:-tcg}\" -cpu max -m 256M\n",
+			Target{CPU: "max", Machine: "microvm,acpi=on,rtc=on"}},
+		{"no -cpu: qemu's default model", "exec qemu -M q35 -m 1G\n", Target{Machine: "q35"}},
+	} {
+		if got := RunnerTarget(tc.script); got != tc.want {
+			t.Errorf("%s: RunnerTarget = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestProbeVerdict: only a payload that reached its exit port from long
+// mode makes KVM usable; qemu's abort on a nested host and a hung vCPU do not.
+func TestProbeVerdict(t *testing.T) {
+	abort := errors.New("exit status 134")
+	for _, tc := range []struct {
+		name     string
+		timedOut bool
+		code     int
+		err      error
+		out      string
+		usable   bool
+		reason   string
+	}{
+		{"reached long mode", false, probeExitCode, errors.New("exit status 99"), "", true, "reached long mode"},
+		{"qemu aborts on -cpu host (nested KVM)", false, 134, abort,
+			"qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69\nqemu-system-x86_64: ../target/i386/kvm/kvm.c:3012: kvm_buf_set_msrs: Assertion `ret == cpu->kvm_msr_buf->nmsrs' failed.",
+			false, "failed to set MSR 0x10a"},
+		{"vCPU hangs after real mode", true, -1, errors.New("signal: killed"), "", false, "did not reach long mode within 3s (the vCPU hangs)"},
+		{"exits without the payload", false, 0, nil, "", false, "exited without running its payload"},
+	} {
+		usable, reason := probeVerdict("kvm", MicrovmNixTarget, ProbeTimeout, tc.timedOut, tc.code, tc.err, tc.out)
+		if usable != tc.usable || !strings.Contains(reason, tc.reason) || !strings.Contains(reason, "-cpu host,+x2apic,-sgx") {
+			t.Errorf("%s: verdict %v, %q; want %v and a reason naming the CPU model and %q", tc.name, usable, reason, tc.usable, tc.reason)
+		}
+	}
+}
+
+// TestProbePayload: the firmware jumps from the reset vector to the code
+// assembled from kvmprobe/probe.S.
+func TestProbePayload(t *testing.T) {
+	p := ProbePayload()
+	if len(p) != 64<<10 {
+		t.Fatalf("payload is %d bytes, want 64 KiB", len(p))
+	}
+	if !bytes.Equal(p[0xfff0:0xfff5], []byte{0xea, 0x00, 0x00, 0x00, 0xf0}) {
+		t.Errorf("reset vector = % x, want ljmp 0xf000:0000", p[0xfff0:0xfff5])
+	}
+	if !bytes.Equal(p[:len(probeCode)], probeCode) || len(probeCode) < 64 {
+		t.Errorf("payload does not start with the %d-byte probe code", len(probeCode))
+	}
+}
+
+// TestProbePayloadMatchesSource reassembles kvmprobe/probe.S with the GNU
+// assembler (binutils comes with gcc) and compares it with the embedded
+// probe.bin, so the binary is always what the commented source says.
+func TestProbePayloadMatchesSource(t *testing.T) {
+	for _, tool := range []string{"as", "ld"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testtier.Skip(t, "unit", tool+" not found (apt-get install binutils)")
+		}
+	}
+	dir := t.TempDir()
+	obj, bin := filepath.Join(dir, "probe.o"), filepath.Join(dir, "probe.bin")
+	for _, argv := range [][]string{
+		{"as", "--32", "-o", obj, "kvmprobe/probe.S"},
+		{"ld", "-m", "elf_i386", "-Ttext=0", "--oformat", "binary", "-o", bin, obj},
+	} {
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%q: %v\n%s", argv, err, out)
+		}
+	}
+	got, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, probeCode) {
+		t.Errorf("kvmprobe/probe.bin differs from kvmprobe/probe.S assembled (%d vs %d bytes): rebuild it with the commands in probe.S", len(probeCode), len(got))
+	}
+}
+
+// TestAccelDecision: which accelerator a runner gets from the probe and
+// the override, and the errors when a KVM-only runner cannot run.
+func TestAccelDecision(t *testing.T) {
+	fromEnv := RunnerInfo{Dir: "/r/fixture", AccelFromEnv: true, Target: Target{CPU: "max", Machine: "microvm"}}
+	bakedKVM := RunnerInfo{Dir: "/r/kvm", BakedAccel: "kvm", Target: MicrovmNixTarget}
+	bakedTCG := RunnerInfo{Dir: "/r/tcg", BakedAccel: "tcg", Target: Target{CPU: "max", Machine: "microvm,acpi=on"}}
+	for _, tc := range []struct {
+		name    string
+		force   string
+		kvm     bool
+		ri      RunnerInfo
+		want    string
+		errWant string
+		warn    bool
+	}{
+		{"env runner, KVM runs its model", "", true, fromEnv, "kvm", "", false},
+		{"env runner, KVM cannot", "", false, fromEnv, "tcg", "", true},
+		{"microvm.nix runner, KVM runs -cpu host", "", true, bakedKVM, "kvm", "", false},
+		{"microvm.nix runner, nested KVM aborts", "", false, bakedKVM, "", "--accel tcg", false},
+		{"software-emulation runner", "", false, bakedTCG, "tcg", "", false},
+		{"forced tcg, env runner", "tcg", true, fromEnv, "tcg", "", false},
+		{"forced tcg, KVM-only runner", "tcg", true, bakedKVM, "", "software emulation was forced", false},
+		{"forced kvm, env runner", "kvm", false, fromEnv, "kvm", "", false},
+	} {
+		var asked []Target
+		var warn bytes.Buffer
+		b := New(Options{Accel: tc.force, Warn: &warn, Probe: func(_ context.Context, tg Target) (bool, string) {
+			asked = append(asked, tg)
+			return tc.kvm, "probe says so"
+		}})
+		got, err := b.accel(context.Background(), tc.ri)
+		if tc.errWant != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.errWant) {
+				t.Errorf("%s: accel = %q, %v; want an error with %q", tc.name, got, err, tc.errWant)
+			}
+		} else if err != nil || got != tc.want {
+			t.Errorf("%s: accel = %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+		if tc.force == "" && (len(asked) != 1 || asked[0] != tc.ri.Target) {
+			t.Errorf("%s: probed %+v, want the runner's own target %+v once", tc.name, asked, tc.ri.Target)
+		}
+		if tc.force != "" && len(asked) != 0 {
+			t.Errorf("%s: a forced accelerator must not probe (probed %+v)", tc.name, asked)
+		}
+		if got := warn.Len() > 0; got != tc.warn {
+			t.Errorf("%s: warning %q, want one: %v", tc.name, warn.String(), tc.warn)
+		}
+		// A second step of the same runner asks nobody and warns no more.
+		if tc.force == "" {
+			warn.Reset()
+			b.accel(context.Background(), tc.ri)
+			if len(asked) != 1 || warn.Len() != 0 {
+				t.Errorf("%s: second step probed %d times, warned %q", tc.name, len(asked), warn.String())
+			}
+		}
+	}
+}
+
+// TestStartError: a guest that never started names KVM and the way out
+// only under KVM, and shows the console's last lines.
+func TestStartError(t *testing.T) {
+	e := &StartError{Accel: "kvm", What: "the hypervisor ended (exit status 134) before the guest started it",
+		ConsoleTail: "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69\n"}
+	msg := e.Error()
+	for _, want := range []string{"never started", "exit status 134", "KVM", "--accel tcg", "AGENTSANDBOX_ACCEL=tcg", "\n    qemu-system-x86_64: error: failed to set MSR 0x10a"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("StartError = %q, lacks %q", msg, want)
+		}
+	}
+	msg = (&StartError{Accel: "tcg", What: "x"}).Error()
+	if strings.Contains(msg, "KVM") || !strings.Contains(msg, "the console was empty") {
+		t.Errorf("StartError under tcg = %q: no KVM advice, and say the console was empty", msg)
+	}
+	var long strings.Builder
+	for i := 0; i < 40; i++ {
+		fmt.Fprintf(&long, "line %d\n", i)
+	}
+	msg = (&StartError{Accel: "tcg", What: "x", ConsoleTail: long.String()}).Error()
+	if strings.Contains(msg, "line 24\n") || !strings.Contains(msg, "line 39") {
+		t.Errorf("StartError shows too much or too little of the console:\n%s", msg)
+	}
+}
+
+// TestConsoleWatch: the start line and a panic are seen across writes, and
+// the tail is bounded.
+func TestConsoleWatch(t *testing.T) {
+	c := newConsoleWatch()
+	line := guest.ConsoleStartLine
+	c.Write([]byte(strings.Repeat("x", 5000) + line[:7]))
+	if _, started := c.state(); started {
+		t.Fatal("started before the whole line")
+	}
+	c.Write([]byte(line[7:] + "\n"))
+	select {
+	case <-c.started:
+	default:
+		t.Fatal("start line split across writes not seen")
+	}
+	c.Write([]byte("Kernel pa"))
+	c.Write([]byte("nic - not syncing\n"))
+	if p, _ := c.state(); !p {
+		t.Error("panic split across writes not seen")
+	}
+	if n := len(c.tail()); n != ConsoleTailBytes {
+		t.Errorf("tail is %d bytes, want %d", n, ConsoleTailBytes)
 	}
 }

@@ -24,6 +24,9 @@ type RunnerInfo struct {
 	// runner was built with ("kvm" for -enable-kvm or accel=kvm..., "tcg").
 	AccelFromEnv bool
 	BakedAccel   string
+	// Target is the CPU model and machine microvm-run passes to qemu: what
+	// a KVM probe must run with to answer for this runner.
+	Target Target
 }
 
 // ReadRunner reads a runner's share/microvm files and scripts.
@@ -61,6 +64,7 @@ func ReadRunner(dir string) (RunnerInfo, error) {
 	_, err = os.Stat(filepath.Join(dir, "bin", "virtiofsd-run"))
 	ri.HasVirtiofsd = err == nil
 	ri.AccelFromEnv, ri.BakedAccel = scriptAccel(string(script))
+	ri.Target = RunnerTarget(string(script))
 	if ri.Hypervisor != "" && ri.Hypervisor != "qemu" {
 		// cloud-hypervisor, firecracker and the rest have no software
 		// emulation: they need KVM whatever their script says.

@@ -67,6 +67,14 @@ const (
 	DefaultBootAllowance = 60 * time.Second
 	// DefaultShutdownGrace is how long each shutdown stage waits.
 	DefaultShutdownGrace = 3 * time.Second
+	// DefaultStartTimeoutKVM and DefaultStartTimeoutTCG bound the time from
+	// the hypervisor's start to the job's start line on the console. A
+	// guest that has not started its job by then is stopped, and the step
+	// fails at once with the console's tail: under KVM that is a host whose
+	// KVM cannot run the guest (nested virtualisation), under software
+	// emulation a guest that cannot boot.
+	DefaultStartTimeoutKVM = 30 * time.Second
+	DefaultStartTimeoutTCG = 120 * time.Second
 	// DefaultGuestMemory is the guest memory assumed when the step sets none.
 	DefaultGuestMemory = 512 << 20
 	// MemoryOverheadFixed and MemoryOverheadPercent size the hypervisor's
@@ -111,10 +119,14 @@ type Options struct {
 	WorkDir       string        // DefaultWorkDir
 	BootAllowance time.Duration // DefaultBootAllowance
 	ShutdownGrace time.Duration // DefaultShutdownGrace
+	// StartTimeout bounds the job's start (see DefaultStartTimeoutKVM);
+	// zero takes the default for the accelerator.
+	StartTimeout time.Duration
 	// Accel forces "kvm" or "tcg"; empty asks Probe.
 	Accel string
-	// Probe decides whether KVM works; ProbeKVM when nil.
-	Probe func(ctx context.Context) (bool, string)
+	// Probe decides whether KVM runs a guest with the runner's CPU model
+	// and machine; ProbeTarget (cached per boot and target) when nil.
+	Probe func(ctx context.Context, t Target) (bool, string)
 	// Warn receives the warning when KVM is not usable; os.Stderr when nil.
 	Warn io.Writer
 }
@@ -122,10 +134,10 @@ type Options struct {
 // Backend runs steps in microVMs. It is safe for concurrent Runs of
 // distinct steps.
 type Backend struct {
-	opts      Options
-	accelOnce sync.Once
-	kvm       bool
-	kvmWhy    string
+	opts Options
+
+	mu     sync.Mutex
+	probed map[Target]probeAnswer // this backend's answers, one per target
 }
 
 // New returns the vm backend.
@@ -143,7 +155,7 @@ func New(opts Options) *Backend {
 		opts.ShutdownGrace = DefaultShutdownGrace
 	}
 	if opts.Probe == nil {
-		opts.Probe = ProbeKVM
+		opts.Probe = ProbeTarget
 	}
 	if opts.Warn == nil {
 		opts.Warn = os.Stderr
@@ -190,28 +202,59 @@ func hypervisorMemory(r workflow.Resources) int64 {
 	return mem + MemoryOverheadFixed + mem*MemoryOverheadPercent/100
 }
 
-// accel picks the accelerator for a runner.
+// accel picks the accelerator for a runner: the forced one, else KVM
+// where the probe shows KVM runs a guest with the runner's own CPU model
+// and machine, else software emulation (TCG) with a warning. A runner
+// built for KVM (microvm.nix bakes -enable-kvm in) cannot fall back: it
+// fails here with what to do instead.
 func (b *Backend) accel(ctx context.Context, ri RunnerInfo) (string, error) {
-	want := b.opts.Accel
-	if want == "" {
-		b.accelOnce.Do(func() {
-			b.kvm, b.kvmWhy = b.opts.Probe(ctx)
-			if !b.kvm {
-				fmt.Fprintf(b.opts.Warn, "warning: KVM is not usable (%s); VMs run under software emulation (TCG), much slower\n", b.kvmWhy)
-			}
-		})
-		want = "tcg"
-		if b.kvm {
-			want = "kvm"
+	switch b.opts.Accel {
+	case "tcg":
+		if ri.AccelFromEnv || ri.BakedAccel == "tcg" {
+			return "tcg", nil
 		}
+		return "", fmt.Errorf("runner %s was built for KVM (%s), and software emulation was forced: "+
+			"realise the step's software-emulation runner (apply does without --flake; see docs/vm.md), or do not force TCG", ri.Dir, ri.Target)
+	case "kvm":
+		if ri.AccelFromEnv {
+			return "kvm", nil
+		}
+		return ri.BakedAccel, nil
 	}
+	usable, why, first := b.probe(ctx, ri.Target)
 	if ri.AccelFromEnv {
-		return want, nil
+		if usable {
+			return "kvm", nil
+		}
+		if first {
+			fmt.Fprintf(b.opts.Warn, "warning: KVM cannot run this guest (%s); VMs run under software emulation (TCG), much slower\n", why)
+		}
+		return "tcg", nil
 	}
-	if ri.BakedAccel == "kvm" && want != "kvm" {
-		return "", fmt.Errorf("runner %s was built for KVM but KVM is not usable here (%s): rebuild it with qemu accel tcg", ri.Dir, b.kvmWhy)
+	if ri.BakedAccel == "kvm" && !usable {
+		return "", fmt.Errorf("runner %s was built for KVM, and KVM cannot run its guest here (%s): "+
+			"realise the step's software-emulation runner (apply picks it without --flake when KVM fails), or force it with --accel tcg", ri.Dir, why)
 	}
 	return ri.BakedAccel, nil
+}
+
+// probe asks Probe once per target for this backend's life; first says
+// this call got the answer first.
+func (b *Backend) probe(ctx context.Context, t Target) (usable bool, why string, first bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if a, ok := b.probed[t]; ok {
+		return a.Usable, a.Reason, false
+	}
+	usable, why = b.opts.Probe(ctx, t)
+	if ctx.Err() != nil {
+		return usable, why, false // not an answer to keep
+	}
+	if b.probed == nil {
+		b.probed = map[Target]probeAnswer{}
+	}
+	b.probed[t] = probeAnswer{Usable: usable, Reason: why}
+	return usable, why, true
 }
 
 func check(spec vmrunner.StepSpec) error {
@@ -370,7 +413,7 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 		return res, fmt.Errorf("create console log: %w", err)
 	}
 	defer logf.Close()
-	con := &consoleWatch{}
+	con := newConsoleWatch()
 	outs := []io.Writer{logf, con}
 	if spec.Console != nil {
 		outs = append(outs, spec.Console)
@@ -547,38 +590,111 @@ func (c *crlfWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// consoleWatch notices a kernel panic on the console.
+// consoleWatch notices a kernel panic and the job's start line on the
+// console, and keeps its last ConsoleTailBytes for errors.
 type consoleWatch struct {
 	mu       sync.Mutex
-	tail     []byte
+	match    []byte // enough of the end to match a marker split across writes
+	last     []byte // the console's tail, for errors
 	panicked bool
-	started  bool
+	started  chan struct{} // closed at the job's start line
 }
+
+// ConsoleTailBytes is how much of the console an error about a guest that
+// did not start shows.
+const ConsoleTailBytes = 2048
+
+func newConsoleWatch() *consoleWatch { return &consoleWatch{started: make(chan struct{})} }
 
 func (c *consoleWatch) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	buf := append(c.tail, p...)
+	buf := append(c.match, p...)
 	if strings.Contains(string(buf), PanicMarker) {
 		c.panicked = true
 	}
 	if strings.Contains(string(buf), guest.ConsoleStartLine) {
-		c.started = true
+		select {
+		case <-c.started:
+		default:
+			close(c.started)
+		}
 	}
-	// Keep enough to match a marker split across writes.
 	keep := len(guest.ConsoleStartLine)
 	if len(buf) > keep {
 		buf = buf[len(buf)-keep:]
 	}
-	c.tail = append(c.tail[:0], buf...)
+	c.match = append(c.match[:0], buf...)
+	c.last = append(c.last, p...)
+	if len(c.last) > ConsoleTailBytes {
+		c.last = append(c.last[:0], c.last[len(c.last)-ConsoleTailBytes:]...)
+	}
 	return len(p), nil
 }
 
 func (c *consoleWatch) state() (panicked, started bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.panicked, c.started
+	select {
+	case <-c.started:
+		started = true
+	default:
+	}
+	return c.panicked, started
 }
+
+func (c *consoleWatch) tail() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return string(c.last)
+}
+
+// StartError is a VM whose job never started: its hypervisor ended first,
+// or the guest did not get there within the start bound. It is an
+// infrastructure error, not the job's failure.
+type StartError struct {
+	Accel       string // "kvm" or "tcg"
+	What        string // what happened, for the message
+	ConsoleTail string
+}
+
+func (e *StartError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "the VM's job never started: %s (accel %s)", e.What, e.Accel)
+	if e.Accel == "kvm" {
+		b.WriteString(". KVM on this host may not run this guest (nested virtualisation often cannot); " +
+			"force software emulation with 'apply --accel tcg' or AGENTSANDBOX_ACCEL=tcg")
+	}
+	tail := strings.TrimRight(e.ConsoleTail, "\n")
+	if tail == "" {
+		b.WriteString("; the console was empty")
+	} else {
+		b.WriteString("; the console's last lines:")
+		lines := strings.Split(tail, "\n")
+		if len(lines) > 15 {
+			lines = lines[len(lines)-15:]
+		}
+		for _, l := range lines {
+			b.WriteString("\n    " + l)
+		}
+	}
+	return b.String()
+}
+
+// startTimeout is the start bound for accel.
+func (b *Backend) startTimeout(accel string) time.Duration {
+	switch {
+	case b.opts.StartTimeout > 0:
+		return b.opts.StartTimeout
+	case accel == "kvm":
+		return DefaultStartTimeoutKVM
+	default:
+		return DefaultStartTimeoutTCG
+	}
+}
+
+// errNotStarted cancels the wait when the start bound passes.
+var errNotStarted = errors.New("the job did not start in time")
 
 // wait waits for the hypervisor with the host's deadline and turns what it
 // sees into the step's result.
@@ -587,15 +703,34 @@ func (b *Backend) wait(ctx context.Context, r *run, ri RunnerInfo, spec vmrunner
 	if ms := hostTimeoutMS(spec); ms > 0 {
 		timeout = time.Duration(ms)*time.Millisecond + guest.KillGrace + b.opts.BootAllowance
 	}
-	x, err := r.sb.Wait(ctx, timeout, 100*time.Millisecond, func(graceful bool) { r.shutdown(ri, graceful) })
+	bound := b.startTimeout(res.Accel)
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		t := time.NewTimer(bound)
+		defer t.Stop()
+		select {
+		case <-con.started:
+		case <-wctx.Done():
+		case <-t.C:
+			cancel(errNotStarted)
+		}
+	}()
+	x, err := r.sb.Wait(wctx, timeout, 100*time.Millisecond, func(graceful bool) { r.shutdown(ri, graceful) })
 	res.Usage = x.Usage
 	if err != nil {
+		if ctx.Err() == nil && errors.Is(context.Cause(wctx), errNotStarted) {
+			return res, &StartError{Accel: res.Accel, What: fmt.Sprintf("the guest did not start it within %v, and the host stopped the VM", bound), ConsoleTail: con.tail()}
+		}
 		return res, err
 	}
 	usage, hostTimeout := x.Usage, x.HostTimeout
-	panicked, _ := con.state()
+	panicked, started := con.state()
 	result, hasResult, rerr := vmrunner.ReadResult(spec.ControlDir)
 	res.Result, res.HasResult = result, hasResult
+	if !started && !hasResult && !hostTimeout && usage.OOMKills == 0 {
+		return res, &StartError{Accel: res.Accel, What: fmt.Sprintf("the hypervisor ended (%s) before the guest started it", exitText(x.Err)), ConsoleTail: con.tail()}
+	}
 	switch {
 	case usage.OOMKills > 0 && !hasResult:
 		res.Status = vmrunner.StatusOOM

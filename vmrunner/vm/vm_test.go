@@ -2,6 +2,7 @@ package vm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -244,22 +245,31 @@ func TestTapInNetns(t *testing.T) {
 	}
 }
 
+// TestProbe runs the real probe. Its payload must reach long mode under
+// software emulation (so a "no" under KVM is KVM's, not the payload's);
+// without a KVM device the answer is no; and on this host the answer for
+// microvm.nix's -cpu host comes within the time limit, whatever it is.
 func TestProbe(t *testing.T) {
 	testtier.Command(t, "vm", "qemu-system-x86_64", "apt-get install qemu-system-x86")
 	ctx := context.Background()
-	if ok, why := (Prober{}).ProbeAccel(ctx, "tcg"); !ok {
-		t.Fatalf("the probe payload does not run under tcg: %s", why)
+	if ok, why := (Prober{}).ProbeAccel(ctx, "tcg", Target{CPU: "max", Machine: "microvm,acpi=on"}); !ok {
+		t.Fatalf("the probe payload does not reach long mode under tcg: %s", why)
+	}
+	// The same payload with a CPU that has no long mode must fail: the
+	// probe really goes that far.
+	if ok, why := (Prober{}).ProbeAccel(ctx, "tcg", Target{CPU: "qemu32"}); ok {
+		t.Errorf("the probe passed on a 32-bit CPU (%s): it does not test long mode", why)
 	}
 	p := Prober{CacheFile: "-", KVMDevice: filepath.Join(t.TempDir(), "no-kvm")}
-	if ok, why := p.Probe(ctx); ok || !strings.Contains(why, "cannot open") {
+	if ok, why := p.Probe(ctx, MicrovmNixTarget); ok || !strings.Contains(why, "cannot open") {
 		t.Errorf("probe without a KVM device = %v, %q", ok, why)
 	}
 	start := time.Now()
-	usable, why := Prober{CacheFile: "-"}.Probe(ctx)
+	usable, why := Prober{CacheFile: "-"}.Probe(ctx, MicrovmNixTarget)
 	if took := time.Since(start); took > ProbeTimeout+2*time.Second {
 		t.Errorf("the probe took %v, want at most about %v", took, ProbeTimeout)
 	}
-	t.Logf("KVM usable here: %v (%s)", usable, why)
+	t.Logf("KVM runs microvm.nix's -cpu host guests here: %v (%s)", usable, why)
 }
 
 func TestProbeCache(t *testing.T) {
@@ -268,17 +278,34 @@ func TestProbeCache(t *testing.T) {
 		t.Fatal("no /proc/sys/kernel/random/boot_id: the cache has nothing to key on")
 	}
 	cache := filepath.Join(t.TempDir(), "probe.json")
-	if err := os.WriteFile(cache, []byte(`{"bootId":"`+id+`","usable":true,"reason":"cached answer"}`), 0o644); err != nil {
+	max := Target{CPU: "max"}
+	b, _ := json.Marshal(probeCache{BootID: id, Answers: map[string]probeAnswer{
+		MicrovmNixTarget.key(): {Usable: true, Reason: "cached answer"},
+	}})
+	if err := os.WriteFile(cache, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p := Prober{CacheFile: cache, KVMDevice: "/nonexistent"}
-	if ok, why := p.Probe(context.Background()); !ok || why != "cached answer" {
+	if ok, why := p.Probe(context.Background(), MicrovmNixTarget); !ok || why != "cached answer" {
 		t.Errorf("probe = %v, %q; want the cached answer for this boot", ok, why)
 	}
-	if err := os.WriteFile(cache, []byte(`{"bootId":"another-boot","usable":true,"reason":"stale"}`), 0o644); err != nil {
+	// Another CPU model is probed, not taken from -cpu host's answer, and
+	// both answers are kept.
+	if ok, why := p.Probe(context.Background(), max); ok || !strings.Contains(why, "cannot open") {
+		t.Errorf("probe for -cpu max = %v, %q; want a probe of its own", ok, why)
+	}
+	var c probeCache
+	b, _ = os.ReadFile(cache)
+	if err := json.Unmarshal(b, &c); err != nil || len(c.Answers) != 2 {
+		t.Errorf("cache after two targets: %s (%v)", b, err)
+	}
+	b, _ = json.Marshal(probeCache{BootID: "another-boot", Answers: map[string]probeAnswer{
+		MicrovmNixTarget.key(): {Usable: true, Reason: "stale"},
+	}})
+	if err := os.WriteFile(cache, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if ok, why := p.Probe(context.Background()); ok || why == "stale" {
+	if ok, why := p.Probe(context.Background(), MicrovmNixTarget); ok || why == "stale" {
 		t.Errorf("probe = %v, %q; a cache from another boot must be ignored", ok, why)
 	}
 }
