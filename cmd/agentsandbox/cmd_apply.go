@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -32,8 +33,13 @@ type applyOptions struct {
 	Offline    bool
 	UpdateLock bool
 	Parent     string
+	Accel      string
 	Policy     policyOptions
 }
+
+// accelEnv is the environment variable that sets --accel's default, for
+// CI runners and agent loops that cannot change the command line.
+const accelEnv = "AGENTSANDBOX_ACCEL"
 
 func newApplyCmd(stdio Stdio) *cobra.Command {
 	var opts applyOptions
@@ -50,7 +56,12 @@ the last line printed.
 A step's workspace (/workspace) holds its declared inputs and the declared
 outputs of the steps it needs, and nothing else. The first SIGINT or SIGTERM
 stops the run and removes everything it created; a second exits at once and
-leaves the rest to 'agentsandbox gc'.` + exitStatusHelp,
+leaves the rest to 'agentsandbox gc'.
+
+VMs use KVM where a probe shows KVM runs a guest with the runner's CPU model
+(cached per boot), else software emulation (TCG), with a warning. --accel tcg
+(or AGENTSANDBOX_ACCEL=tcg) forces software emulation, for hosts whose KVM
+passes the probe but still cannot run a guest; --accel kvm skips the probe.` + exitStatusHelp,
 		Example: `  agentsandbox apply examples/hello.yaml
   agentsandbox apply --isolation namespace --jobs 4 examples/pipeline.yaml
   agentsandbox apply --json examples/hello.yaml | jq .`,
@@ -68,6 +79,7 @@ leaves the rest to 'agentsandbox gc'.` + exitStatusHelp,
 	f.BoolVar(&opts.Offline, "offline", false, "pass --offline to Nix")
 	f.BoolVar(&opts.UpdateLock, "update-lock", false, "refresh FILE.lock, the pinned flake inputs, on purpose")
 	f.StringVar(&opts.Parent, "parent", "", "record id (or unique prefix) of the run this one reruns")
+	f.StringVar(&opts.Accel, "accel", envOr(accelEnv, "auto"), "VM accelerator: auto (probe KVM), kvm, or tcg (software emulation); default from $"+accelEnv)
 	opts.Policy.AddFlags(f)
 	return cmd
 }
@@ -89,6 +101,11 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 	default:
 		return usageErrorf("--isolation %q: want auto, vm or namespace", opts.Isolation)
 	}
+	switch opts.Accel {
+	case "", "auto", "kvm", "tcg":
+	default:
+		return usageErrorf("--accel %q (or $%s): want auto, kvm or tcg", opts.Accel, accelEnv)
+	}
 
 	store, err := openStore(opts.StateDir)
 	if err != nil {
@@ -103,19 +120,12 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 		parent = &id
 	}
 
-	host := pipeline.ProbeHost(ctx, kvmProbe(store.Dir()))
+	host := pipeline.ProbeHost(ctx, kvmProbeFor(opts.Accel))
 	decision, err := admit(ctx, opts.Policy, path, w, host.Policy(), stdio.Err)
 	if err != nil {
 		return err
 	}
 
-	backends := map[workflow.Isolation]vmrunner.Backend{}
-	if host.Root {
-		backends[workflow.IsolationNamespace] = namespace.New(namespace.Options{})
-		if vm := vmBackend(host); vm != nil {
-			backends[workflow.IsolationVM] = vm
-		}
-	}
 	var events progress
 	var realise pipeline.RealiseFunc
 	if host.Nix {
@@ -148,13 +158,17 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 		progressOut = stdio.Err // keep stdout for the summary and the record id
 	}
 	events = newProgress(progressOut, opts.JSON, names)
-	if !host.KVMUsable && host.QEMU {
-		for _, s := range w.Steps {
-			if s.Isolation == workflow.IsolationVM || iso == workflow.IsolationVM {
-				events.Event(pipeline.Event{Time: time.Now(), Kind: pipeline.EventWarning,
-					Line: "KVM is not usable here (" + host.KVMReason + "): VMs run under software emulation (TCG), much slower"})
-				break
-			}
+	warn := func(line string) {
+		events.Event(pipeline.Event{Time: time.Now(), Kind: pipeline.EventWarning, Line: line})
+	}
+	if line := kvmWarning(w, iso, host, opts.Accel); line != "" {
+		warn(line)
+	}
+	backends := map[workflow.Isolation]vmrunner.Backend{}
+	if host.Root {
+		backends[workflow.IsolationNamespace] = namespace.New(namespace.Options{})
+		if vm := vmBackend(host, opts.Accel, warn); vm != nil {
+			backends[workflow.IsolationVM] = vm
 		}
 	}
 	res, runErr := pipeline.Run(ctx, w, pipeline.Options{
@@ -258,21 +272,85 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-// kvmProbe is the per-boot cached KVM probe of the vm backend.
-func kvmProbe(string) pipeline.KVMProbe {
+// kvmProbe is the per-boot cached KVM probe for microvm.nix's runners
+// (vm.MicrovmNixTarget: -cpu host): whether auto steps may be VMs, and
+// whether the realiser builds the KVM or the software-emulation runner.
+func kvmProbe(string) pipeline.KVMProbe { return kvmProbeFor("auto") }
+
+// kvmProbeFor is kvmProbe with --accel: a forced accelerator is not probed.
+func kvmProbeFor(accel string) pipeline.KVMProbe {
+	switch accel {
+	case "tcg":
+		return func(context.Context) (bool, string) {
+			return false, "software emulation forced (--accel tcg or " + accelEnv + "=tcg)"
+		}
+	case "kvm":
+		return func(context.Context) (bool, string) { return true, "KVM forced (--accel kvm), not probed" }
+	}
 	if _, err := os.Stat("/dev/kvm"); err != nil {
 		return func(context.Context) (bool, string) { return false, "/dev/kvm does not exist" }
 	}
 	return vm.ProbeKVM
 }
 
-// vmBackend is the vm backend where qemu is installed.
-func vmBackend(h pipeline.Host) vmrunner.Backend {
+// kvmWarning is the warning apply shows when KVM cannot be used and some
+// step would have used it: a vm step runs under software emulation; an
+// auto step on a host whose /dev/kvm exists runs in a namespace. Nothing
+// when the host simply has no KVM and no step asks for a VM.
+func kvmWarning(w *workflow.Workflow, override workflow.Isolation, h pipeline.Host, accel string) string {
+	if h.KVMUsable || !h.QEMU || accel == "tcg" {
+		return ""
+	}
+	vmStep, autoStep := false, false
+	for _, s := range w.Steps {
+		iso := s.Isolation
+		if override != "" {
+			iso = override
+		}
+		switch iso {
+		case workflow.IsolationVM:
+			vmStep = true
+		case workflow.IsolationAuto, "":
+			autoStep = true
+		}
+	}
+	switch {
+	case vmStep:
+		return "KVM is not usable here (" + h.KVMReason + "): VMs run under software emulation (TCG), much slower"
+	case autoStep && h.Nix && !strings.HasPrefix(h.KVMReason, "/dev/kvm does not exist"):
+		return "KVM cannot run a guest here (" + h.KVMReason + "): auto steps run in namespace isolation; " +
+			"for a software-emulated VM use --isolation vm"
+	}
+	return ""
+}
+
+// vmBackend is the vm backend where qemu is installed. It probes each
+// runner's own CPU model (cached per boot) unless --accel forces one, and
+// sends its warnings to warn.
+func vmBackend(h pipeline.Host, accel string, warn func(string)) vmrunner.Backend {
 	if !h.QEMU {
 		return nil
 	}
-	return vm.New(vm.Options{
-		Probe: func(context.Context) (bool, string) { return h.KVMUsable, h.KVMReason },
-		Warn:  io.Discard, // apply shows its own warning as a progress event
-	})
+	o := vm.Options{Warn: lineFunc(warn)}
+	if accel == "kvm" || accel == "tcg" {
+		o.Accel = accel
+	}
+	return vm.New(o)
+}
+
+// lineFunc is an io.Writer that hands each write, without its trailing
+// newline, to fn.
+type lineFunc func(string)
+
+func (f lineFunc) Write(p []byte) (int, error) {
+	f(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// envOr is the environment variable's value, or def when it is unset or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

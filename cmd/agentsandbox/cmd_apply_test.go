@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -99,10 +100,7 @@ func TestApplySIGINTLeavesNothing(t *testing.T) {
 func testApplySIGINT(t *testing.T, isolation, flake string) {
 	testtier.Root(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "agentsandbox")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildCLI(t, dir)
 	wf := filepath.Join(dir, "sleep.yaml")
 	os.WriteFile(wf, []byte("apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: sleepy\nsteps:\n  - name: sleeper\n    run: echo job-running; sleep 300\n    resources: {timeout: 10m}\n"), 0o644)
 	state := filepath.Join(dir, "state")
@@ -111,36 +109,15 @@ func testApplySIGINT(t *testing.T, isolation, flake string) {
 	if flake != "" {
 		args = append(args, "--flake", flake, "--offline")
 	}
-	cmd := exec.Command(bin, append(args, wf)...)
-	var stdout bytes.Buffer
-	cmd.Stdout = &stdout
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	started := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		once := false
-		for sc.Scan() {
-			if !once && strings.Contains(sc.Text(), "[sleeper] job-running") {
-				once = true
-				close(started)
-			}
-		}
-	}()
-	select {
-	case <-started:
-	case <-time.After(3 * time.Minute):
-		cmd.Process.Kill()
-		t.Fatal("the step's job never started")
-	}
+	a := startApply(t, bin, append(args, wf)...)
+	a.waitFor(t, "[sleeper] job-running", 3*time.Minute)
+	cmd, stdout := a.cmd, a.stdout
 	time.Sleep(300 * time.Millisecond)
 	if isolation == "vm" && len(stepProcesses(t, "qemu-system", "/sleeper")) == 0 {
 		t.Errorf("no hypervisor found in the step's cgroup while the job runs: the leftover check below would prove nothing")
 	}
 	cmd.Process.Signal(syscall.SIGINT)
-	err := cmd.Wait()
+	err := a.wait()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != ExitInfra {
 		t.Errorf("apply after SIGINT: %v, want exit %d", err, ExitInfra)
 	}
@@ -197,4 +174,89 @@ func stepProcesses(t *testing.T, comm, suffix string) []string {
 		}
 	}
 	return out
+}
+
+// buildCLI builds the agentsandbox binary into dir.
+func buildCLI(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "agentsandbox")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// runningApply is an apply process of the real binary whose stderr (the
+// progress lines, warnings and errors) is watched.
+type runningApply struct {
+	cmd    *exec.Cmd
+	stdout *bytes.Buffer
+	mu     sync.Mutex
+	stderr bytes.Buffer
+	lines  chan string
+	done   chan struct{}
+	err    error
+}
+
+func startApply(t *testing.T, bin string, args ...string) *runningApply {
+	t.Helper()
+	a := &runningApply{cmd: exec.Command(bin, args...), stdout: &bytes.Buffer{}, lines: make(chan string, 1024), done: make(chan struct{})}
+	a.cmd.Stdout = a.stdout
+	pipe, err := a.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.cmd.Process.Kill(); <-a.done })
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			a.mu.Lock()
+			a.stderr.WriteString(sc.Text() + "\n")
+			a.mu.Unlock()
+			select {
+			case a.lines <- sc.Text():
+			default:
+			}
+		}
+		a.err = a.cmd.Wait()
+		close(a.done)
+	}()
+	return a
+}
+
+// waitFor waits for a stderr line containing want. If apply ends first,
+// or the limit passes, the test fails at once and shows what apply printed
+// (for a VM, the console): a job that will not start never costs minutes.
+func (a *runningApply) waitFor(t *testing.T, want string, limit time.Duration) {
+	t.Helper()
+	deadline := time.After(limit)
+	for {
+		select {
+		case l := <-a.lines:
+			if strings.Contains(l, want) {
+				return
+			}
+		case <-a.done:
+			t.Fatalf("apply ended (%v) before printing %q:\n%s%s", a.err, want, a.stdout, a.stderrText())
+		case <-deadline:
+			a.cmd.Process.Kill()
+			<-a.done
+			t.Fatalf("apply did not print %q within %v:\n%s", want, limit, a.stderrText())
+		}
+	}
+}
+
+func (a *runningApply) stderrText() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stderr.String()
+}
+
+// wait waits for apply to end and returns cmd.Wait's error.
+func (a *runningApply) wait() error {
+	<-a.done
+	return a.err
 }

@@ -18,20 +18,23 @@ type gcOptions struct {
 
 func newGCCmd(stdio Stdio) *cobra.Command {
 	var opts gcOptions
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "gc",
 		Short: "Remove what applies killed with SIGKILL left behind",
 		Long: `gc removes the cgroups, network namespaces, jail directories and run
 directories of applies that are no longer running (killed with SIGKILL, or a
 crash). Each apply lists what it creates in a state file before creating it;
 runs still alive are left alone. Directories are never removed through a
-mount.` + exitStatusHelp,
-		Example: "  agentsandbox gc",
+mount. Run directories (workspaces, logs) live in the state directory: pass
+the same --state-dir the applies used.` + exitStatusHelp,
+		Example: "  agentsandbox gc\n  agentsandbox gc --state-dir /srv/agentsandbox",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runGC(cmd.Context(), stdio, opts)
 		},
 	}
+	cmd.Flags().StringVar(&opts.StateDir, "state-dir", "", "the state directory the applies used (default $XDG_STATE_HOME/agentsandbox, /var/lib/agentsandbox for root)")
+	return cmd
 }
 
 func runGC(_ context.Context, stdio Stdio, opts gcOptions) error {

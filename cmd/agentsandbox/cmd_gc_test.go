@@ -1,0 +1,64 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/netns"
+	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+)
+
+// TestGCAfterSIGKILLWithStateDir kills an apply that uses its own state
+// directory with SIGKILL while its step runs; `gc --state-dir` must then
+// leave nothing: no netns, cgroup, mount, state file or run directory.
+func TestGCAfterSIGKILLWithStateDir(t *testing.T) {
+	testtier.Root(t)
+	dir := t.TempDir()
+	bin := buildCLI(t, dir)
+	wf := filepath.Join(dir, "killed.yaml")
+	os.WriteFile(wf, []byte("apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: killed\nsteps:\n  - name: gckilled\n    run: echo job-running; sleep 300\n    resources: {timeout: 10m}\n"), 0o644)
+	state := filepath.Join(dir, "custom-state")
+	a := startApply(t, bin, "apply", "--isolation", "namespace", "--state-dir", state, wf)
+	a.waitFor(t, "[gckilled] job-running", time.Minute)
+	runs, _ := os.ReadDir(filepath.Join(state, "runs"))
+	if len(runs) != 1 {
+		t.Fatalf("run directories while the step runs: %v, want one (else the check below proves nothing)", runs)
+	}
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	a.wait()
+
+	code, out, stderr := execute(t, "gc", "--state-dir", state)
+	if code != ExitOK {
+		t.Fatalf("gc: exit %d\n%s%s", code, out, stderr)
+	}
+	if !strings.Contains(out, filepath.Join(state, "runs", runs[0].Name())) {
+		t.Errorf("gc did not report removing the run directory:\n%s", out)
+	}
+	if left, _ := os.ReadDir(filepath.Join(state, "runs")); len(left) != 0 {
+		t.Errorf("run directories left after gc: %v", left)
+	}
+	nss, _ := netns.List(netns.Prefix)
+	for _, n := range nss {
+		if strings.HasSuffix(n, "-gckilled") {
+			t.Errorf("network namespace left: %s", n)
+		}
+	}
+	cgs, _ := cgroup.List("/agentsandbox")
+	for _, c := range cgs {
+		if strings.HasSuffix(c, "/gckilled") {
+			t.Errorf("cgroup left: %s", c)
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mounts), state) {
+		t.Errorf("mounts left under the state directory:\n%s", mounts)
+	}
+	if pids := stepProcesses(t, "sleep", "/gckilled"); len(pids) > 0 {
+		t.Errorf("job processes left: %v", pids)
+	}
+}
