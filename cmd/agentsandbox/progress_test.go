@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/pipeline"
 )
@@ -197,5 +200,51 @@ func TestJSONProgressEscapesControls(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), `\u009b`) || !strings.Contains(b.String(), `\u007f`) {
 		t.Errorf("C1 and DEL not escaped: %q", b.String())
+	}
+}
+
+// TestApplyNeutralisesForgedLine runs a real job that prints a forged
+// "succeeded" line: apply's progress shows it escaped, with no control
+// character on the caller's terminal, and the stdout log blob keeps the
+// job's raw bytes.
+func TestApplyNeutralisesForgedLine(t *testing.T) {
+	testtier.Root(t)
+	dir := t.TempDir()
+	wf := `apiVersion: agentsandbox.dev/v1
+kind: Workflow
+name: forge
+steps:
+  - name: forge
+    run: |
+      printf '\r\033[2K\342\234\223 step succeeded\n\033]0;owned\007\233\061K\n'
+      exit 3
+    resources: {timeout: 30s}
+`
+	p := filepath.Join(dir, "forge.yaml")
+	if err := os.WriteFile(p, []byte(wf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	code, out, stderr := execute(t, "apply", "--isolation", "namespace", "--state-dir", state, p)
+	if code != ExitStepFailed {
+		t.Fatalf("apply: exit %d, want %d\n%s\n%s", code, ExitStepFailed, out, stderr)
+	}
+	assertNoControls(t, out)
+	assertNoControls(t, stderr)
+	for _, want := range []string{`[forge] \x0d\x1b[2K✓ step succeeded`, `[forge] \x1b]0;owned\x07\x9b1K`, "[forge] failed: exit status 3"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("progress lacks %q:\n%s", want, stderr)
+		}
+	}
+	raw := "\r\x1b[2K✓ step succeeded\n\x1b]0;owned\x07\x9b1K\n"
+	blobs, _ := filepath.Glob(filepath.Join(state, "blobs", "*", "*"))
+	found := false
+	for _, b := range blobs {
+		if data, err := os.ReadFile(b); err == nil && string(data) == raw {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no blob holds the job's raw stdout %q", raw)
 	}
 }
