@@ -406,3 +406,67 @@ func findHypervisor(t *testing.T, cg string) int {
 	t.Fatalf("no qemu process in cgroup %s", cg)
 	return 0
 }
+
+// fakeRunner writes a qemu runner directory whose microvm-run is script
+// (run by the host's /bin/sh inside the hypervisor's jail).
+func fakeRunner(t *testing.T, script string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "runner")
+	files := map[string]string{
+		"bin/microvm-run":          "#!/bin/sh\n# accel: ${ACCEL:-tcg}\n" + script,
+		"share/microvm/hypervisor": "qemu\n",
+	}
+	for n, c := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, n)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(c), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestHypervisorDiesBeforeStart is the nested-KVM host: qemu aborts at
+// once with -cpu host. The step must end at once with an error that names
+// KVM, says how to force software emulation and shows the console.
+func TestHypervisorDiesBeforeStart(t *testing.T) {
+	testtier.Root(t)
+	b := newBackend(t, Options{Accel: "kvm", StartTimeout: time.Minute})
+	s := runnertest.Options{Isolation: workflow.IsolationVM}.Spec(t, "dies", runnertest.Sh("true"))
+	s.Runner = fakeRunner(t, "echo 'qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69' >&2\nexit 134\n")
+	start := time.Now()
+	res, err := checked{t: t, b: b}.Run(context.Background(), s)
+	var se *StartError
+	if !errors.As(err, &se) {
+		t.Fatalf("Run = %+v, %v; want a StartError", res, err)
+	}
+	for _, want := range []string{"exit status 134", "before the guest started", "KVM", "--accel tcg", "failed to set MSR 0x10a"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("a dead hypervisor took %v to report", took)
+	}
+}
+
+// TestGuestThatNeverStartsIsStopped: a guest that hangs before its job
+// (other CPU models on nested KVM hang after the boot loader) is stopped
+// at the start bound, not at the step's timeout, with the console's tail.
+func TestGuestThatNeverStartsIsStopped(t *testing.T) {
+	testtier.Root(t)
+	b := newBackend(t, Options{Accel: "kvm", StartTimeout: 2 * time.Second, ShutdownGrace: 500 * time.Millisecond})
+	s := runnertest.Options{Isolation: workflow.IsolationVM}.Spec(t, "hangs", runnertest.Sh("true"))
+	s.Step.Resources.TimeoutMS = 10 * 60 * 1000
+	s.Runner = fakeRunner(t, "echo 'Booting the kernel.'\nexec sleep 600\n")
+	start := time.Now()
+	_, err := checked{t: t, b: b}.Run(context.Background(), s)
+	var se *StartError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "did not start it within 2s") || !strings.Contains(err.Error(), "Booting the kernel.") {
+		t.Fatalf("Run error = %v; want a StartError after 2s with the console", err)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("a guest that never started took %v to stop, want about the 2 s bound", took)
+	}
+}
