@@ -23,7 +23,7 @@ func vmFlake(t *testing.T, steps ...string) string {
 	testtier.Root(t)
 	testtier.Command(t, "vm", "qemu-system-x86_64", "apt-get install qemu-system-x86")
 	testtier.Command(t, "vm", "busybox", "apt-get install busybox-static")
-	testtier.Nix(t)
+	testtier.NixBuild(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if _, err := vmfixture.FindOrFetchKernel(ctx, vmfixture.CacheDir()); err != nil {

@@ -3,7 +3,8 @@
 //
 // Tiers:
 //   - pure: always runs; needs nothing but Go.
-//   - nix: needs the nix and nix-instantiate commands.
+//   - nix: needs the nix and nix-instantiate commands; NixBuild also
+//     needs Nix able to build as root (its build users exist).
 //   - root: needs uid 0 (namespaces, cgroups, netlink).
 //   - vm: needs qemu-system-x86_64 and the test kernel fixture.
 //
@@ -15,6 +16,8 @@ package testtier
 import (
 	"os"
 	"os/exec"
+	"os/user"
+	"strings"
 	"testing"
 )
 
@@ -48,6 +51,32 @@ func Nix(t testing.TB) string {
 	}
 	p, _ := exec.LookPath("nix")
 	return p
+}
+
+// NixBuild needs Nix able to build: the nix tier, and as root the group
+// named by Nix's build-users-group setting must exist (Debian's nix-bin
+// alone does not create it; nix-setup-systemd does). It returns nix's path.
+func NixBuild(t testing.TB) string {
+	t.Helper()
+	nix := Nix(t)
+	if os.Geteuid() != 0 {
+		return nix
+	}
+	out, err := exec.Command(nix, "--extra-experimental-features", "nix-command", "show-config").Output()
+	if err != nil {
+		skip(t, "nix", "nix show-config: "+err.Error())
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		k, v, ok := strings.Cut(line, " = ")
+		if !ok || strings.TrimSpace(k) != "build-users-group" || strings.TrimSpace(v) == "" {
+			continue
+		}
+		if _, err := user.LookupGroup(strings.TrimSpace(v)); err != nil {
+			skip(t, "nix", "Nix builds as the members of group "+strings.TrimSpace(v)+", which does not exist: "+
+				"apt-get install nix-setup-systemd (scripts/setup.sh does), or set 'build-users-group =' in /etc/nix/nix.conf")
+		}
+	}
+	return nix
 }
 
 // Command needs the named program in PATH; it returns its path.

@@ -17,7 +17,7 @@ import (
 // to it to the Nix store, and returns the closure and the environment.
 func busyboxClosure(t *testing.T) (closure []string, env string) {
 	t.Helper()
-	testtier.Nix(t)
+	testtier.NixBuild(t)
 	bb := testtier.Command(t, "nix", "busybox", "Debian's busybox-static")
 	if out, err := exec.Command("file", "-L", bb).Output(); err == nil && !strings.Contains(string(out), "statically linked") {
 		testtier.Skip(t, "nix", bb+" is not statically linked (install busybox-static)")

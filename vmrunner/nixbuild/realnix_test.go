@@ -30,7 +30,7 @@ type fixture struct {
 // newFixture needs the nix tier and a static busybox (busybox-static).
 func newFixture(t testing.TB) fixture {
 	t.Helper()
-	testtier.Nix(t)
+	testtier.NixBuild(t)
 	bb := testtier.Command(t, "nix", "busybox", "apt-get install busybox-static")
 	if f, err := elf.Open(bb); err != nil {
 		testtier.Skip(t, "nix", "read "+bb+": "+err.Error())

@@ -52,7 +52,7 @@ func fixture(t testing.TB) *vmfixture.Fixture {
 	testtier.Root(t)
 	testtier.Command(t, "vm", "qemu-system-x86_64", "apt-get install qemu-system-x86")
 	testtier.Command(t, "vm", "busybox", "apt-get install busybox-static")
-	testtier.Nix(t)
+	testtier.NixBuild(t)
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
