@@ -13,12 +13,15 @@ import (
 	"fmt"
 	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
@@ -47,6 +50,9 @@ type Options struct {
 	ToolVersion string
 	Parent      *record.ID
 	Events      func(Event)
+	// LogLimit is the most the host keeps of each of a step's streams;
+	// 0 means DefaultLogLimit.
+	LogLimit int64
 }
 
 // Realised is what Nix produced for one step.
@@ -234,12 +240,6 @@ func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepRes
 	if err != nil {
 		return vmrunner.StepResult{}, err
 	}
-	r.mu.Lock()
-	needWS := map[string]string{}
-	for _, n := range step.Needs {
-		needWS[n] = r.workspaces[n]
-	}
-	r.mu.Unlock()
 	byName := map[string]workflow.Step{}
 	for _, s := range r.steps {
 		byName[s.Name] = s
@@ -261,13 +261,13 @@ func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepRes
 		}
 	}
 	r.mu.Unlock()
-	ps, err := placements(step, r.inputDirs, inputs, needWS, byName, digests)
+	ps, err := placements(step, r.inputDirs, inputs, byName, digests)
 	if err != nil {
 		return vmrunner.StepResult{}, err
 	}
 	real := r.realised[step.Name]
 	job := jobFor(step, real.EnvPath)
-	if err := assemble(dirs.Workspace, ps, job.UID, job.GID); err != nil {
+	if err := assemble(r.o.Store, dirs.Workspace, ps, job.UID, job.GID); err != nil {
 		return vmrunner.StepResult{}, err
 	}
 	sr := &record.Step{Name: step.Name, Isolation: string(step.Isolation), Closure: real.Closure, Inputs: map[string]record.Digest{}}
@@ -299,7 +299,7 @@ func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepRes
 	if backend == nil {
 		return vmrunner.StepResult{}, fmt.Errorf("no %s backend on this host", step.Isolation)
 	}
-	console := newLineWriter(func(line string) {
+	console := newLineWriter(r.logLimit(), func(line string) {
 		r.emit(Event{Time: time.Now(), Kind: EventLog, Step: step.Name, Line: line})
 	})
 	r.emit(Event{Time: time.Now(), Kind: EventStarted, Step: step.Name})
@@ -327,32 +327,112 @@ func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepRes
 	return res, nil
 }
 
+// Defaults for what the host keeps of a step. Everything it keeps was
+// written by the job, so each is bounded (docs/isolation.md, "What the host
+// reads of a job").
+const (
+	// DefaultLogLimit is the most the host keeps of each of a step's
+	// streams (stdout, stderr, the VM console), unless Options.LogLimit
+	// says otherwise. A longer stream is kept as its first and last half of
+	// the limit with a marker line between, and the record counts the bytes
+	// left out (record.Logs). The live console stops at the same limit.
+	DefaultLogLimit = 16 << 20
+	// DefaultOutputEntries bounds the files, directories and symlinks in
+	// all the outputs of one step. Their bytes are bounded by the step's
+	// resources.disk.
+	DefaultOutputEntries = 1_000_000
+)
+
+func (r *run) logLimit() int64 {
+	if r.o.LogLimit > 0 {
+		return r.o.LogLimit
+	}
+	return DefaultLogLimit
+}
+
+// outputLimit is the most bytes all of step's outputs may hold together
+// (regular files' apparent sizes): its resources.disk.
+func outputLimit(step workflow.Step) int64 {
+	if step.Resources.Disk > 0 {
+		return step.Resources.Disk
+	}
+	return workflow.DefaultDisk
+}
+
+// jobFault is something the job did to what the host reads of it (a log
+// that is a symlink, an output through one, over its limit): the step
+// fails with it as its detail, the run goes on.
+type jobFault struct{ msg string }
+
+func (e *jobFault) Error() string { return e.msg }
+
 // collect stores a finished step's logs and outputs and completes its record.
-// A declared output the step did not create fails the step.
+// Everything it reads the job controlled, so it reads through jobfs: never
+// through a symlink, only regular files, directories and symlinks (stored
+// as symlinks), within the limits above. A declared output the step did not
+// create, or could not be stored within them, fails the step.
 func (r *run) collect(step workflow.Step, dirs stepDirs, res *vmrunner.StepResult, sr *record.Step) error {
-	var err error
-	if sr.Logs.Stdout, err = r.putFile(filepath.Join(dirs.Control, guest.StdoutFile)); err != nil {
-		return err
+	fail := func(detail string) {
+		if res.Status == vmrunner.StatusSucceeded || res.Detail == "" {
+			res.Detail = detail
+		} else {
+			res.Detail += "; " + detail
+		}
+		res.Status = vmrunner.StatusFailed
 	}
-	if sr.Logs.Stderr, err = r.putFile(filepath.Join(dirs.Control, guest.StderrFile)); err != nil {
-		return err
+	ctl, err := jobfs.Open(dirs.Control)
+	if err != nil {
+		return fmt.Errorf("store logs of step %q: %w", step.Name, err)
 	}
-	if _, statErr := os.Stat(filepath.Join(dirs.Control, ConsoleFile)); statErr == nil {
-		d, err := r.putFile(filepath.Join(dirs.Control, ConsoleFile))
-		if err != nil {
+	defer ctl.Close()
+	limit := r.logLimit()
+	var faults []string
+	for _, l := range []struct {
+		name      string
+		d         *record.Digest
+		truncated *int64
+	}{
+		{guest.StdoutFile, &sr.Logs.Stdout, &sr.Logs.StdoutTruncated},
+		{guest.StderrFile, &sr.Logs.Stderr, &sr.Logs.StderrTruncated},
+	} {
+		var jf *jobFault
+		*l.d, *l.truncated, err = r.putLog(ctl, l.name, limit, false)
+		if errors.As(err, &jf) {
+			faults = append(faults, jf.msg)
+		} else if err != nil {
 			return err
 		}
-		sr.Logs.Console = &d
 	}
-	if res.Status == vmrunner.StatusSucceeded {
+	d, truncated, err := r.putLog(ctl, ConsoleFile, limit, true)
+	var jf *jobFault
+	if errors.As(err, &jf) {
+		faults = append(faults, jf.msg)
+	} else if err != nil {
+		return err
+	}
+	if d != (record.Digest{}) {
+		sr.Logs.Console, sr.Logs.ConsoleTruncated = &d, truncated
+	}
+	for _, f := range faults {
+		fail(f)
+	}
+	if res.Status == vmrunner.StatusSucceeded && len(step.Outputs) > 0 {
+		ws, err := jobfs.Open(dirs.Workspace)
+		if err != nil {
+			return fmt.Errorf("store outputs of step %q: %w", step.Name, err)
+		}
+		defer ws.Close()
+		budget := &jobfs.Budget{MaxBytes: outputLimit(step), MaxEntries: DefaultOutputEntries}
 		for _, out := range step.Outputs {
-			p := filepath.Join(dirs.Workspace, filepath.FromSlash(out))
-			if _, err := os.Lstat(p); err != nil {
-				res.Status = vmrunner.StatusFailed
-				res.Detail = fmt.Sprintf("declared output %q was not created", out)
+			var dumpErr error
+			h, size, err := r.o.Store.PutNARFunc(func(w io.Writer) error {
+				dumpErr = ws.DumpNAR(w, out, budget)
+				return dumpErr
+			})
+			if dumpErr != nil {
+				fail(outputFault(out, dumpErr))
 				break
 			}
-			h, size, err := r.o.Store.PutNAR(p)
 			if err != nil {
 				return fmt.Errorf("store output %q of step %q: %w", out, step.Name, err)
 			}
@@ -363,38 +443,93 @@ func (r *run) collect(step workflow.Step, dirs stepDirs, res *vmrunner.StepResul
 	return nil
 }
 
+// outputFault says why output out could not be stored.
+func outputFault(out string, err error) string {
+	var le *jobfs.LimitError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Sprintf("declared output %q was not created", out)
+	case errors.As(err, &le) && le.What == "bytes" && le.Used > 0:
+		return fmt.Sprintf("output %q: file %q is %d bytes, which with the %d bytes of outputs before it is over the step's output limit of %d bytes (resources.disk)", out, le.Path, le.Size, le.Used, le.Limit)
+	case errors.As(err, &le) && le.What == "bytes":
+		return fmt.Sprintf("output %q: file %q is %d bytes, over the step's output limit of %d bytes (resources.disk)", out, le.Path, le.Size, le.Limit)
+	case errors.As(err, &le):
+		return fmt.Sprintf("output %q: more than the step's limit of %d files, directories and symlinks in its outputs", out, le.Limit)
+	case errors.Is(err, jobfs.ErrSymlink):
+		return fmt.Sprintf("output %q: %v: the host reads outputs only beneath the workspace, never through a symlink (a symlink that is itself an output is stored as a symlink)", out, err)
+	case errors.Is(err, jobfs.ErrType):
+		return fmt.Sprintf("output %q: %v: outputs hold only regular files, directories and symlinks", out, err)
+	}
+	return fmt.Sprintf("output %q: cannot be stored: %v", out, err)
+}
+
 // ConsoleFile is where the vm backend leaves the guest console in the control directory.
 const ConsoleFile = "console.log"
 
-func (r *run) putFile(path string) (record.Digest, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
+// putLog stores the log name of the control directory as a blob: whole when
+// it is at most limit bytes, else its first and last limit/2 bytes with a
+// marker line between them; truncated counts the bytes left out. A missing
+// log is stored empty, or not at all when optional (the digest is then
+// zero). A log that is not a regular file, or is reached through a symlink,
+// is not read: it is stored empty and the error is a *jobFault.
+func (r *run) putLog(ctl *jobfs.Root, name string, limit int64, optional bool) (d record.Digest, truncated int64, err error) {
+	f, info, err := ctl.OpenFile(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		if optional {
+			return record.Digest{}, 0, nil
+		}
 		d, _, err := r.o.Store.PutBlob(bytesReader(nil))
-		return d, err
+		return d, 0, err
 	}
 	if err != nil {
-		return record.Digest{}, fmt.Errorf("store log: %w", err)
+		d, _, perr := r.o.Store.PutBlob(bytesReader(nil))
+		if perr != nil {
+			return d, 0, fmt.Errorf("store log %s: %w", name, perr)
+		}
+		return d, 0, &jobFault{msg: fmt.Sprintf("log %s was not read: %v", name, err)}
 	}
 	defer f.Close()
-	d, _, err := r.o.Store.PutBlob(f)
-	if err != nil {
-		return d, fmt.Errorf("store log %s: %w", filepath.Base(path), err)
+	var src io.Reader = io.LimitReader(f, info.Size)
+	if info.Size > limit {
+		head := limit / 2
+		tail := limit - head
+		truncated = info.Size - head - tail
+		marker := fmt.Sprintf("\n[agentsandbox: %d bytes of %s left out here; the host keeps the first %d and the last %d]\n", truncated, name, head, tail)
+		src = io.MultiReader(io.NewSectionReader(f, 0, head), strings.NewReader(marker), io.NewSectionReader(f, info.Size-tail, tail))
 	}
-	return d, nil
+	d, _, err = r.o.Store.PutBlob(src)
+	if err != nil {
+		return d, 0, fmt.Errorf("store log %s: %w", name, err)
+	}
+	return d, truncated, nil
 }
 
-// lineWriter calls fn with each complete line written to it.
+// lineWriter calls fn with each complete line written to it, until limit
+// bytes have passed; then it says once that the rest is not shown.
 type lineWriter struct {
-	mu  sync.Mutex
-	buf []byte
-	fn  func(string)
+	mu      sync.Mutex
+	buf     []byte
+	fn      func(string)
+	limit   int64
+	written int64
 }
 
-func newLineWriter(fn func(string)) *lineWriter { return &lineWriter{fn: fn} }
+func newLineWriter(limit int64, fn func(string)) *lineWriter {
+	return &lineWriter{fn: fn, limit: limit}
+}
 
 func (w *lineWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.written > w.limit {
+		return len(p), nil
+	}
+	w.written += int64(len(p))
+	if w.written > w.limit {
+		w.buf = nil
+		w.fn(fmt.Sprintf("[agentsandbox: the step wrote more than %d bytes; the rest is not shown, and the stored logs keep its head and tail]", w.limit))
+		return len(p), nil
+	}
 	w.buf = append(w.buf, p...)
 	for {
 		i := indexByte(w.buf, '\n')

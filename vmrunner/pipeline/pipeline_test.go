@@ -200,7 +200,7 @@ func TestPlacementsCollide(t *testing.T) {
 		"b": {Name: "b", Outputs: []string{"data/x"}},
 	}
 	s := workflow.Step{Name: "c", Needs: []string{"a", "b"}}
-	_, err := placements(s, nil, nil, map[string]string{"a": "/a", "b": "/b"}, steps, nil)
+	_, err := placements(s, nil, nil, steps, nil)
 	if err == nil || !strings.Contains(err.Error(), "both land at") {
 		t.Fatalf("err = %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -35,7 +36,9 @@ func newStepDirs(runDir, step string) (stepDirs, error) {
 
 // placement is one thing copied into a workspace before the step runs.
 type placement struct {
-	From string // host path
+	// From is the host path of an input; empty for a needed step's output,
+	// which is restored from the NAR stored when that step ended (Digest).
+	From string
 	To   string // workspace-relative path
 	What string // for errors: `input "data"` or `output "model.bin" of step "train"`
 	// Digest is what the record pins for it: the input's digest, or the
@@ -48,7 +51,7 @@ type placement struct {
 // landing on one path is an error the user must fix in the workflow.
 //
 // digests holds "input:NAME" and "output:STEP:PATH" keys.
-func placements(step workflow.Step, inputDirs map[string]string, inputs map[string]workflow.Input, needWorkspaces map[string]string, steps map[string]workflow.Step, digests map[string]record.Digest) ([]placement, error) {
+func placements(step workflow.Step, inputDirs map[string]string, inputs map[string]workflow.Input, steps map[string]workflow.Step, digests map[string]record.Digest) ([]placement, error) {
 	var ps []placement
 	for _, name := range step.Inputs {
 		in, ok := inputs[name]
@@ -60,7 +63,6 @@ func placements(step workflow.Step, inputDirs map[string]string, inputs map[stri
 	for _, need := range step.Needs {
 		for _, out := range steps[need].Outputs {
 			ps = append(ps, placement{
-				From:   filepath.Join(needWorkspaces[need], filepath.FromSlash(out)),
 				To:     out,
 				What:   fmt.Sprintf("output %q of step %q", out, need),
 				Digest: digests["output:"+need+":"+out],
@@ -77,13 +79,28 @@ func placements(step workflow.Step, inputDirs map[string]string, inputs map[stri
 	return ps, nil
 }
 
-// assemble copies the placements into the workspace and gives the whole tree
-// to the job's user, so the job can read and write it.
-func assemble(ws string, ps []placement, uid, gid int) error {
+// assemble places the placements into the fresh workspace ws and gives the
+// whole tree to the job's user, so the job can read and write it.
+//
+// A needed step's output is restored from the NAR stored when that step
+// ended, never read from that step's workspace, which its job controlled:
+// the next step gets exactly what the record pins. The chown goes through
+// jobfs: ws itself must be a directory, not a symlink, and no symlink
+// beneath it is followed.
+func assemble(store *record.Store, ws string, ps []placement, uid, gid int) error {
 	for _, p := range ps {
 		dst := filepath.Join(ws, filepath.FromSlash(p.To))
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return fmt.Errorf("place %s: %w", p.What, err)
+		}
+		if p.From == "" {
+			if p.Digest == (record.Digest{}) {
+				return fmt.Errorf("place %s: no stored NAR for it", p.What)
+			}
+			if err := store.RestoreNAR(record.NarHash(p.Digest), dst); err != nil {
+				return fmt.Errorf("place %s at %q: %w", p.What, p.To, err)
+			}
+			continue
 		}
 		if err := copyTree(p.From, dst); err != nil {
 			return fmt.Errorf("place %s at %q: %w", p.What, p.To, err)
@@ -92,16 +109,20 @@ func assemble(ws string, ps []placement, uid, gid int) error {
 	if os.Geteuid() != 0 {
 		return nil // an unprivileged caller runs jobs as itself
 	}
-	return filepath.WalkDir(ws, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(path, uid, gid)
-	})
+	root, err := jobfs.Open(ws)
+	if err != nil {
+		return fmt.Errorf("give the workspace to uid %d: %w", uid, err)
+	}
+	defer root.Close()
+	if err := root.LchownAll(".", uid, gid); err != nil {
+		return fmt.Errorf("give the workspace to uid %d: %w", uid, err)
+	}
+	return nil
 }
 
 // copyTree copies a file, symlink or directory tree from src to dst,
-// keeping permission bits and symlinks as they are.
+// keeping permission bits and symlinks as they are. src is a fetched input,
+// which the host made, never a path a job controlled.
 func copyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
