@@ -1,6 +1,8 @@
 package jail
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -62,6 +64,46 @@ func (t threads) unshareCgroup() error {
 	}
 	defer f.Close()
 	return t.setns(int(f.Fd()), unix.CLONE_NEWCGROUP)
+}
+
+// joinSessionKeyring gives the threads a new session keyring, so that the
+// job does not inherit the caller's. The session keyring belongs to a
+// thread's credentials, and AllThreadsSyscall needs every thread to get the
+// same result, so rather than an anonymous keyring per thread
+// (KEYCTL_JOIN_SESSION_KEYRING with NULL) this thread makes one keyring
+// with a random name in its thread keyring, lets the keyring's owner (root:
+// the init's threads) search it, and every thread joins it by name. The
+// job, running as another uid, cannot find it, and seccomp refuses it the
+// keyctl calls anyway.
+func (t threads) joinSessionKeyring() error {
+	var r [16]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return err
+	}
+	desc := "_ses.agentsandbox." + hex.EncodeToString(r[:])
+	id, err := unix.AddKey("keyring", desc, nil, unix.KEY_SPEC_THREAD_KEYRING)
+	if err != nil {
+		return fmt.Errorf("create keyring: %w", err)
+	}
+	// KEY_POS_ALL | KEY_USR_VIEW | KEY_USR_READ | KEY_USR_SEARCH
+	// (linux/keyctl.h; x/sys/unix does not name them).
+	const perm = 0x3f000000 | 0x00010000 | 0x00020000 | 0x00080000
+	if err := unix.KeyctlSetperm(id, perm); err != nil {
+		return fmt.Errorf("set keyring permissions: %w", err)
+	}
+	name, err := unix.BytePtrFromString(desc)
+	if err != nil {
+		return err
+	}
+	err = t.syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, uintptr(unsafe.Pointer(name)), 0)
+	runtime.KeepAlive(name)
+	if err != nil {
+		return err
+	}
+	if _, err := unix.KeyctlInt(unix.KEYCTL_UNLINK, id, unix.KEY_SPEC_THREAD_KEYRING, 0, 0); err != nil {
+		return fmt.Errorf("unlink keyring from the thread keyring: %w", err)
+	}
+	return nil
 }
 
 // dropPrivileges reduces the threads to keepCaps in every capability set

@@ -6,15 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -67,6 +70,10 @@ func stage1() int {
 	if err != nil {
 		return fail(err)
 	}
+	// Only the three descriptors the parent passed on purpose stay open.
+	if err := closeInherited(cfgFD, statusFD, netnsFD); err != nil {
+		return fail(err)
+	}
 	// Held here until the parent has placed us in the cgroup.
 	cfgFile := os.NewFile(uintptr(cfgFD), "config")
 	var cfg childConfig
@@ -96,10 +103,20 @@ func stage1() int {
 			return fail(fmt.Errorf("set hostname %q: %w", cfg.Hostname, err))
 		}
 	}
+	// A keyring of its own, not the caller's session keyring.
+	if err := t.joinSessionKeyring(); err != nil {
+		return fail(fmt.Errorf("join a new session keyring: %w", err))
+	}
 	if err := t.dropPrivileges(); err != nil {
 		return fail(err)
 	}
+	if err := setRlimits(cfg.Rlimits); err != nil {
+		return fail(err)
+	}
 	if t.all {
+		if err := lastSteps(cfg.Seccomp, -1); err != nil {
+			return fail(err)
+		}
 		if cfg.Exec != nil {
 			return runExec(status, statusFD, cfg.Exec)
 		}
@@ -113,14 +130,101 @@ func stage1() int {
 		}
 		env = append(env, envExec+"="+string(b))
 	}
+	if err := lastSteps(cfg.Seccomp, statusFD); err != nil {
+		return fail(err)
+	}
 	err = unix.Exec("/proc/self/exe", []string{"agentsandbox-init", InitArg}, env)
 	return fail(fmt.Errorf("exec init stage 2: %w", err))
+}
+
+// closeInherited closes every descriptor from 3 up that is not in keep and
+// came through exec (it lacks close-on-exec: the Go runtime opens all of
+// its own with it) and marks the rest close-on-exec. The parent passes
+// nothing else on purpose (Start marks its own inherited descriptors
+// close-on-exec), so this is the second line: a descriptor that got here
+// anyway is closed before anything of the job's runs, and is not left open
+// in PID 1 for a job running as root to reach through /proc/1/fd.
+func closeInherited(keep ...int) error {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("list inherited descriptors: %w", err)
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < 3 || slices.Contains(keep, fd) {
+			continue
+		}
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil {
+			continue // the directory's own descriptor, closed by now
+		}
+		if flags&unix.FD_CLOEXEC == 0 {
+			if err := unix.Close(fd); err != nil {
+				return fmt.Errorf("close inherited descriptor %d: %w", fd, err)
+			}
+		}
+	}
+	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("mark descriptors close-on-exec: %w", err)
+	}
+	return nil
+}
+
+// setRlimits sets the jail's resource limits on the init, which the job or
+// the program inherits. syscall.Setrlimit (not unix's) also tells the Go
+// runtime not to restore its own start-up RLIMIT_NOFILE in children.
+func setRlimits(r Rlimits) error {
+	for _, l := range []struct {
+		name     string
+		resource int
+		soft     uint64
+		hard     uint64
+	}{
+		{"RLIMIT_NOFILE", unix.RLIMIT_NOFILE, r.NoFileSoft, r.NoFileHard},
+		{"RLIMIT_CORE", unix.RLIMIT_CORE, 0, 0},
+		{"RLIMIT_FSIZE", unix.RLIMIT_FSIZE, r.FSize, r.FSize},
+	} {
+		soft, hard := l.soft, l.hard
+		if l.resource == unix.RLIMIT_FSIZE && soft == 0 {
+			soft, hard = unix.RLIM_INFINITY, unix.RLIM_INFINITY
+		}
+		if err := syscall.Setrlimit(l.resource, &syscall.Rlimit{Cur: soft, Max: hard}); err != nil {
+			return fmt.Errorf("set %s to %d/%d: %w", l.name, soft, hard, err)
+		}
+	}
+	return nil
+}
+
+// lastSteps runs just before the init hands over (to stage 2, the agent or
+// the program): every descriptor but passFD (-1: none) close-on-exec, then
+// the seccomp filter, on every thread. p is nil only when the jail was
+// started with NoSeccomp.
+func lastSteps(p *seccomp.Profile, passFD int) error {
+	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("mark descriptors close-on-exec: %w", err)
+	}
+	if passFD >= 0 {
+		if _, err := unix.FcntlInt(uintptr(passFD), unix.F_SETFD, 0); err != nil {
+			return fmt.Errorf("pass descriptor %d to stage 2: %w", passFD, err)
+		}
+	}
+	if p == nil {
+		return nil
+	}
+	if err := p.Install(); err != nil {
+		return err
+	}
+	return nil
 }
 
 // stage2 is the re-executed init of a cgo binary.
 func stage2() int {
 	statusFD, err := fdFromEnv(envStatusFD)
 	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if err := closeInherited(statusFD); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}

@@ -234,7 +234,7 @@ func runJail(t *testing.T, cfg Config) {
 }
 
 func TestJailHello(t *testing.T) {
-	cfg, console := jailFixture(t, `echo hello > out.txt; echo "on console"; cat /proc/self/status | grep -E '^(Cap|NoNewPrivs|Uid)'; hostname; ls /`)
+	cfg, console := jailFixture(t, `echo hello > out.txt; echo "on console"; cat /proc/self/status | grep -E '^(Cap|NoNewPrivs|Uid|Seccomp)'; hostname; ls /; ls /dev`)
 	runJail(t, cfg)
 	r := readResult(t, cfg.ControlDir)
 	if !r.Succeeded() {
@@ -245,10 +245,13 @@ func TestJailHello(t *testing.T) {
 		t.Fatalf("out.txt = %q, %v", out, err)
 	}
 	c := console.String()
-	for _, want := range []string{"on console", "CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapBnd:\t00000000000000e0", "NoNewPrivs:\t1", "Uid:\t65534"} {
+	for _, want := range []string{"on console", "CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapBnd:\t00000000000000e0", "NoNewPrivs:\t1", "Uid:\t65534", "Seccomp:\t2\n"} {
 		if !strings.Contains(c, want) {
 			t.Errorf("console lacks %q:\n%s", want, c)
 		}
+	}
+	if strings.Contains(c, "\ntty\n") {
+		t.Errorf("the jail's /dev has tty:\n%s", c)
 	}
 	entries, _ := os.ReadDir(cfg.RootDir)
 	if len(entries) != 0 {
@@ -408,7 +411,8 @@ func execFixture(t testing.TB, script string) (Config, *bytes.Buffer) {
 
 func TestJailExec(t *testing.T) {
 	cfg, console := execFixture(t, `
-grep -E '^(Uid|Gid|Groups|CapEff|CapPrm|CapAmb|NoNewPrivs)' /proc/self/status
+grep -E '^(Uid|Gid|Groups|CapEff|CapPrm|CapAmb|NoNewPrivs|Seccomp)' /proc/self/status
+test -e /dev/tty && echo ESCAPE-tty
 echo "pwd=$(pwd) env=$A pid1=$(cat /proc/1/cmdline | tr '\0' ' ')"
 ls -ln /dev/net/tun
 echo made > here.txt && echo wrote-workdir
@@ -434,7 +438,7 @@ exit 5`)
 		t.Errorf("the program got out of the jail's limits")
 	}
 	for _, want := range []string{"Uid:\t65534\t65534\t65534\t65534", "Gid:\t65534", "Groups:\t \n", "CapEff:\t0000000000000000",
-		"CapPrm:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1",
+		"CapPrm:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2\n",
 		"pwd=" + cfg.Exec.Dir + " env=1 pid1=agentsandbox-init " + InitArg, "crw------- 1 65534 65534 10, 200", "wrote-workdir", "tun-opens"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("console lacks %q", want)

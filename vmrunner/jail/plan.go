@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 )
 
 // Config is what one jail needs.
@@ -52,6 +53,16 @@ type Config struct {
 	// package init of the binary runs before MaybeInit can take over.
 	InitPath string
 
+	// Rlimits bound the job (or, in exec mode, the program); zero fields
+	// take the defaults (see Rlimits).
+	Rlimits Rlimits
+	// Seccomp is the system call filter installed before the job or the
+	// program runs; nil means seccomp.Default(). NoSeccomp leaves it out:
+	// it exists so that benchmarks can measure the filter's cost, and no
+	// backend sets it.
+	Seccomp   *seccomp.Profile
+	NoSeccomp bool
+
 	// Exec, when set, puts the jail in exec mode: instead of running a job
 	// with the guest agent, the init runs Exec.Argv as an unprivileged
 	// child (a hypervisor) and exits with its status. Workspace and
@@ -61,6 +72,37 @@ type Config struct {
 	// initFiles are the init binary's loader and libraries when it is
 	// dynamically linked (see runtimeFiles); Start fills them in.
 	initFiles []string
+}
+
+// Rlimits are the resource limits the init sets on itself before it runs
+// the job or the program, which inherit them. RLIMIT_CORE is always 0: a
+// crashing job leaves no core file.
+type Rlimits struct {
+	// NoFileSoft and NoFileHard bound open descriptors; 0 takes
+	// DefaultNoFileSoft and DefaultNoFileHard.
+	NoFileSoft, NoFileHard uint64
+	// FSize bounds the size of any one file the job writes (RLIMIT_FSIZE),
+	// such as the step's disk size; 0 leaves it unlimited.
+	FSize uint64
+}
+
+// Default descriptor limits: the usual soft limit, and a hard limit a job
+// may raise its soft limit to.
+const (
+	DefaultNoFileSoft = 1024
+	DefaultNoFileHard = 4096
+)
+
+// withDefaults fills in the defaults and keeps soft <= hard.
+func (r Rlimits) withDefaults() Rlimits {
+	if r.NoFileHard == 0 {
+		r.NoFileHard = max(DefaultNoFileHard, r.NoFileSoft)
+	}
+	if r.NoFileSoft == 0 {
+		r.NoFileSoft = min(DefaultNoFileSoft, r.NoFileHard)
+	}
+	r.NoFileSoft = min(r.NoFileSoft, r.NoFileHard)
+	return r
 }
 
 // ExecSpec is what the jail runs in exec mode, the way Firecracker's
@@ -169,8 +211,10 @@ var hostRootDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
 // through them).
 var hostEtcBinds = []string{"/etc/ld.so.cache", "/etc/alternatives"}
 
-// devices are bound from the host's /dev.
-var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+// devices are bound from the host's /dev. /dev/tty is not: it would be
+// the caller's terminal, and the jail runs in a session of its own with no
+// controlling terminal.
+var devices = []string{"null", "zero", "full", "random", "urandom"}
 
 // HypervisorDevices are made in an exec-mode jail's /dev, owned by the
 // program's uid, when the host has them: KVM, taps, vhost-net and vsock.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,6 +37,9 @@ type childConfig struct {
 	Hostname string    `json:"hostname"`
 	Plan     []Mount   `json:"plan"`
 	Exec     *ExecSpec `json:"exec,omitempty"`
+	Rlimits  Rlimits   `json:"rlimits"`
+	// Seccomp is the filter's rules; nil only with Config.NoSeccomp.
+	Seccomp *seccomp.Profile `json:"seccomp,omitempty"`
 }
 
 // message is what the init reports back, one JSON object per message.
@@ -84,7 +89,13 @@ func Start(cfg Config) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start jail: %w", err)
 	}
-	config, err := json.Marshal(childConfig{RootDir: cfg.RootDir, Hostname: cfg.Hostname, Plan: plan, Exec: cfg.Exec})
+	cc := childConfig{RootDir: cfg.RootDir, Hostname: cfg.Hostname, Plan: plan, Exec: cfg.Exec, Rlimits: cfg.Rlimits.withDefaults()}
+	if !cfg.NoSeccomp {
+		if cc.Seccomp, err = profile(cfg.Seccomp); err != nil {
+			return nil, fmt.Errorf("start jail: %w", err)
+		}
+	}
+	config, err := json.Marshal(cc)
 	if err != nil {
 		return nil, fmt.Errorf("start jail: encode config: %w", err)
 	}
@@ -105,6 +116,13 @@ func Start(cfg Config) (*Process, error) {
 	}
 	defer statW.Close()
 
+	// Descriptors this process inherited without close-on-exec would
+	// otherwise reach the init, and through it the job.
+	if err := closeInheritedOnExec(); err != nil {
+		cfgW.Close()
+		statR.Close()
+		return nil, fmt.Errorf("start jail: %w", err)
+	}
 	cmd := exec.Command(initPath, InitArg)
 	cmd.Args[0] = "agentsandbox-init"
 	cmd.ExtraFiles = []*os.File{cfgR, statW, netnsFile} // fds 3, 4, 5
@@ -123,10 +141,12 @@ func Start(cfg Config) (*Process, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
 		Pdeathsig:  syscall.SIGKILL,
-		// Its own process group: a Ctrl-C on the terminal reaches
+		// A session of its own, and so a process group of its own and no
+		// controlling terminal: a Ctrl-C on the terminal reaches
 		// agentsandbox, which cancels and cleans up in order, and not the
-		// jail directly.
-		Setpgid: true,
+		// jail directly, and nothing in the jail can reach the caller's
+		// terminal (TIOCSTI needs it to be the controlling one).
+		Setsid: true,
 	}
 	if cfg.CgroupFD > 0 {
 		cmd.SysProcAttr.UseCgroupFD = true
@@ -257,6 +277,36 @@ func (p *Process) Close() error {
 	p.mu.Unlock()
 	if !released {
 		p.cfgW.Close()
+	}
+	return nil
+}
+
+// profile is p, or the default profile when p is nil, checked to compile.
+func profile(p *seccomp.Profile) (*seccomp.Profile, error) {
+	if p == nil {
+		d, err := defaultProfile()
+		if err != nil {
+			return nil, err
+		}
+		p = d
+	}
+	if _, err := p.Filter(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+var defaultProfile = sync.OnceValues(seccomp.Default)
+
+// closeInheritedOnExec marks every descriptor from 3 up close-on-exec in
+// this process. Go opens all of its own descriptors so; what is left are
+// descriptors the process inherited from whoever started it (a shell's
+// 9<file, a leaked socket), which os/exec would otherwise pass on to every
+// child, since it closes nothing. Descriptors meant for a child go in
+// ExtraFiles, which the child gets whatever their flags.
+func closeInheritedOnExec() error {
+	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("mark inherited descriptors close-on-exec: %w", err)
 	}
 	return nil
 }
