@@ -14,6 +14,7 @@ type parser struct {
 	file           string
 	errs           ErrorList
 	declaredInputs map[string]bool // every key of the inputs map, valid or not
+	allowOutside   bool            // AllowOutsideInputs
 }
 
 func (p *parser) errAt(line, col int, format string, args ...any) {

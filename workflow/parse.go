@@ -61,14 +61,27 @@ var (
 	scpLikeRe      = regexp.MustCompile(`^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/].*$`)
 )
 
+// ParseOption changes what Parse accepts.
+type ParseOption func(*parser)
+
+// AllowOutsideInputs(true) accepts file inputs whose source leaves the
+// workflow file's directory ("../data.csv"). By default they are an error:
+// the host reads file inputs with the caller's rights, so a workflow must
+// not name files elsewhere on the machine unless the caller says so
+// (apply --allow-outside-inputs). The fetcher also refuses sources that
+// leave the directory through a symlink, which no parser can see.
+func AllowOutsideInputs(allow bool) ParseOption {
+	return func(p *parser) { p.allowOutside = allow }
+}
+
 // ParseFile reads and parses the workflow at path. It returns the file's
 // bytes too, since records keep them.
-func ParseFile(path string) (*Workflow, []byte, error) {
+func ParseFile(path string, opts ...ParseOption) (*Workflow, []byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read workflow: %w", err)
 	}
-	w, err := Parse(path, data)
+	w, err := Parse(path, data, opts...)
 	if err != nil {
 		return nil, data, err
 	}
@@ -78,7 +91,7 @@ func ParseFile(path string) (*Workflow, []byte, error) {
 // Parse parses and validates a workflow, and applies defaults. filename is
 // used in error positions only. On failure the error is an *ErrorList with
 // every problem found.
-func Parse(filename string, data []byte) (w *Workflow, err error) {
+func Parse(filename string, data []byte, opts ...ParseOption) (w *Workflow, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			w = nil
@@ -86,12 +99,15 @@ func Parse(filename string, data []byte) (w *Workflow, err error) {
 				Msg: fmt.Sprintf("internal error while checking this workflow; please report it as a bug, with the file (%v)", r)}}}
 		}
 	}()
-	return parse(filename, data)
+	return parse(filename, data, opts...)
 }
 
 // parse is Parse without the panic guard, so the fuzz target sees panics.
-func parse(filename string, data []byte) (*Workflow, error) {
+func parse(filename string, data []byte, opts ...ParseOption) (*Workflow, error) {
 	p := &parser{file: filename, declaredInputs: map[string]bool{}}
+	for _, o := range opts {
+		o(p)
+	}
 	var w *Workflow
 	if root := p.decode(data); root != nil {
 		w = p.workflow(root)
@@ -416,6 +432,9 @@ func (p *parser) input(name string, n *yaml.Node) (Input, bool) {
 	kind, clean, err := classifySource(src)
 	if err != nil {
 		p.errorf(resolve(e.v), "%s source %q %v", what, src, err)
+		ok = false
+	} else if kind == InputFile && !p.allowOutside && (clean == ".." || strings.HasPrefix(clean, "../")) {
+		p.errorf(resolve(e.v), "%s source %q leaves the workflow's directory; move it next to the workflow, or pass --allow-outside-inputs", what, src)
 		ok = false
 	}
 	in.Kind, in.Source = kind, clean
