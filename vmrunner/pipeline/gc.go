@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/vmrunner/wsquota"
 )
 
 // ownerFile in a run directory names the process that owns it, so GCRuns
@@ -27,10 +28,20 @@ func writeOwner(runDir, runID string) error {
 }
 
 // GCRuns removes the run directories (workspaces, control directories,
-// fetched inputs) under runRoot whose owning apply is gone. A directory with
-// anything still mounted below it is left alone and reported, never
-// removed through the mount.
+// fetched inputs) under runRoot whose owning apply is gone. It first
+// unmounts the run's workspace quotas (a loop device's filesystem mounted
+// at steps/STEP/workspace whose image is steps/STEP/workspace.img) and
+// detaches any loop device still serving a file of the run, whether or not
+// a state file lists them. A directory with anything else mounted below it
+// is left alone and reported, never removed through the mount.
 func GCRuns(runRoot string) (removed []string, err error) {
+	// mountinfo shows absolute paths without symlinks.
+	if abs, err := filepath.Abs(runRoot); err == nil {
+		runRoot = abs
+	}
+	if real, err := filepath.EvalSymlinks(runRoot); err == nil {
+		runRoot = real
+	}
 	entries, err := os.ReadDir(runRoot)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -59,7 +70,18 @@ func GCRuns(runRoot string) (removed []string, err error) {
 		if owner.OwnerAlive() {
 			continue
 		}
-		if m := mountedBelow(mounts, dir); m != "" {
+		undone, err := undoQuotas(mounts, dir)
+		removed = append(removed, undone...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("gc run %s: %w", dir, err))
+			continue
+		}
+		if len(undone) > 0 {
+			if mounts, err = mountPoints(); err != nil {
+				return removed, fmt.Errorf("gc runs: %w", err)
+			}
+		}
+		if m := mountedBelow(pointsOf(mounts), dir); m != "" {
 			errs = append(errs, fmt.Errorf("gc run %s: %s is still mounted; unmount it first", dir, m))
 			continue
 		}
@@ -72,32 +94,109 @@ func GCRuns(runRoot string) (removed []string, err error) {
 	return removed, errors.Join(errs...)
 }
 
-func mountPoints() ([]string, error) {
+// undoQuotas unmounts the workspace quotas of the dead run in dir and
+// detaches the loop devices that serve its files.
+func undoQuotas(mounts []mount, dir string) (undone []string, err error) {
+	var errs []error
+	for _, m := range mounts {
+		if !isQuotaMount(m, dir) {
+			continue
+		}
+		if err := wsquota.UnmountDir(m.Point); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		undone = append(undone, "mount "+m.Point)
+	}
+	loops, err := filepath.Glob("/sys/block/loop*")
+	if err != nil {
+		return undone, err
+	}
+	for _, l := range loops {
+		dev := "/dev/" + filepath.Base(l)
+		back, err := wsquota.BackingFile(dev)
+		if err != nil || !strings.HasPrefix(back, dir+"/") {
+			continue
+		}
+		if err := wsquota.Detach(dev, back); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		undone = append(undone, "loop "+dev)
+	}
+	return undone, errors.Join(errs...)
+}
+
+// isQuotaMount reports whether m is a workspace quota of the run in dir:
+// a filesystem on a loop device mounted at steps/STEP/workspace whose
+// image is steps/STEP/workspace.img.
+func isQuotaMount(m mount, dir string) bool {
+	rel, err := filepath.Rel(filepath.Join(dir, "steps"), m.Point)
+	if err != nil {
+		return false
+	}
+	parts := strings.Split(rel, "/")
+	if len(parts) != 2 || parts[0] == ".." || parts[1] != "workspace" || !strings.HasPrefix(m.Source, "/dev/loop") {
+		return false
+	}
+	back, err := wsquota.BackingFile(m.Source)
+	return err == nil && back == filepath.Join(filepath.Dir(m.Point), ImageFile)
+}
+
+// mount is one line of /proc/self/mountinfo.
+type mount struct {
+	Point  string // where it is mounted
+	Source string // what is mounted: a device such as /dev/loop3
+}
+
+func mountPoints() ([]mount, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var out []string
+	var out []mount
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 {
-			out = append(out, unescapeMount(fields[4]))
-		}
+		out = append(out, parseMountInfo(sc.Text()))
 	}
 	return out, sc.Err()
+}
+
+// parseMountInfo reads a mountinfo line: "ID PARENT MAJ:MIN ROOT POINT
+// OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER-OPTIONS".
+func parseMountInfo(line string) mount {
+	fields := strings.Fields(line)
+	var m mount
+	if len(fields) > 4 {
+		m.Point = unescapeMount(fields[4])
+	}
+	for i := 5; i+2 < len(fields); i++ {
+		if fields[i] == "-" {
+			m.Source = unescapeMount(fields[i+2])
+			break
+		}
+	}
+	return m
 }
 
 func unescapeMount(s string) string {
 	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
 }
 
-func mountedBelow(mounts []string, dir string) string {
-	for _, m := range mounts {
-		if m == dir || strings.HasPrefix(m, dir+"/") {
-			return m
+func mountedBelow(points []string, dir string) string {
+	for _, p := range points {
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			return p
 		}
 	}
 	return ""
+}
+
+func pointsOf(mounts []mount) []string {
+	out := make([]string, len(mounts))
+	for i, m := range mounts {
+		out[i] = m.Point
+	}
+	return out
 }

@@ -40,6 +40,9 @@ type Options struct {
 	// RunRoot holds the run's temporary directories (workspaces, control
 	// directories, generated flake); they are removed when the run ends.
 	RunRoot string
+	// HostStateDir holds the state files that list each workspace quota's
+	// mount and loop device for gc (vmrunner.DefaultStateDir when empty).
+	HostStateDir string
 	// Backends by isolation level; a level without one cannot run here.
 	Backends map[workflow.Isolation]vmrunner.Backend
 	// Realise builds the closures of the steps that need Nix. Nil: no Nix.
@@ -100,12 +103,13 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
-	defer os.RemoveAll(runDir)
+	quotas := &quotas{stateDir: o.HostStateDir, runID: runID}
+	defer quotas.removeRunDir(runDir)
 	if err := writeOwner(runDir, runID); err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
 
-	r := &run{o: o, w: w, emit: emit, runID: runID, runDir: runDir, steps: steps,
+	r := &run{o: o, w: w, emit: emit, runID: runID, runDir: runDir, steps: steps, quotas: quotas,
 		workspaces: map[string]string{}, realised: map[string]Realised{}, inputDirs: map[string]string{}}
 	rec := &record.Record{
 		Version:     record.Version,
@@ -171,6 +175,7 @@ type run struct {
 	inputDirs  map[string]string // input name → host path of its content
 	inputs     map[string]record.Input
 	records    map[string]*record.Step
+	quotas     *quotas // the workspaces' filesystems (quota.go)
 }
 
 // pinWorkflow stores the workflow file's bytes and fills rec.Workflow.
@@ -238,6 +243,9 @@ func (e *BuildError) Unwrap() error { return e.Err }
 func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepResult, error) {
 	dirs, err := newStepDirs(r.runDir, step.Name)
 	if err != nil {
+		return vmrunner.StepResult{}, err
+	}
+	if err := r.quotas.mount(ctx, step, dirs.Workspace); err != nil {
 		return vmrunner.StepResult{}, err
 	}
 	byName := map[string]workflow.Step{}

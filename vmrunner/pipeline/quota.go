@@ -1,0 +1,116 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/vmrunner/wsquota"
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+// ImageFile is the name of a step's workspace image, beside its workspace
+// and control directories (out of the job's reach on both backends).
+const ImageFile = "workspace.img"
+
+// quotas are the workspace filesystems (vmrunner/wsquota) of one run. Each
+// step's workspace gets one of resources.disk bytes before anything is
+// placed into it, so inputs and needed outputs count too; they stay
+// mounted until the run ends, since later steps copy outputs out of them.
+type quotas struct {
+	stateDir string // for the state files gc reads; vmrunner.DefaultStateDir when empty
+	runID    string
+
+	mu      sync.Mutex
+	mounted []quota
+}
+
+type quota struct {
+	q     *wsquota.Quota
+	state vmrunner.State
+}
+
+// enabled reports whether workspaces get quotas: when running as root,
+// which every isolating backend needs anyway. An unprivileged caller can
+// only run the fake backend, which isolates nothing.
+func (qs *quotas) enabled() bool { return os.Geteuid() == 0 }
+
+// stateName is the state's step: its own file, next to the step's
+// backend's (step names cannot hold a slash).
+func stateName(step string) string { return step + "/workspace" }
+
+// mount gives step's (empty) workspace directory ws its quota. The state
+// file lists the mount and the loop device before either exists.
+func (qs *quotas) mount(ctx context.Context, step workflow.Step, ws string) error {
+	if !qs.enabled() {
+		return nil
+	}
+	stateDir := qs.stateDir
+	if stateDir == "" {
+		stateDir = vmrunner.DefaultStateDir
+	}
+	abs, err := filepath.Abs(ws)
+	if err != nil {
+		return err
+	}
+	st := vmrunner.NewState(qs.runID, stateName(step.Name))
+	image := filepath.Join(filepath.Dir(abs), ImageFile)
+	q, err := wsquota.Mount(ctx, wsquota.Spec{
+		Image: image, Dir: abs, Bytes: step.Resources.Disk,
+		UID: guest.DefaultUID, GID: guest.DefaultGID,
+		Before: func(loop string) error {
+			st.Mounts = []string{abs}
+			st.Loops = []vmrunner.Loop{{Device: loop, Image: image}}
+			return vmrunner.WriteState(stateDir, st)
+		},
+	})
+	if err != nil {
+		rerr := vmrunner.RemoveState(stateDir, st)
+		return errors.Join(fmt.Errorf("step %q: disk %s: %w", step.Name, workflow.FormatSize(step.Resources.Disk), err), rerr)
+	}
+	qs.mu.Lock()
+	qs.mounted = append(qs.mounted, quota{q: q, state: st})
+	qs.mu.Unlock()
+	return nil
+}
+
+// release unmounts every workspace of the run, detaches their loop devices
+// and removes their images and state files. What it cannot undo stays
+// listed for gc.
+func (qs *quotas) release() error {
+	stateDir := qs.stateDir
+	if stateDir == "" {
+		stateDir = vmrunner.DefaultStateDir
+	}
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	var errs []error
+	var left []quota
+	for _, m := range qs.mounted {
+		if err := m.q.Unmount(); err != nil {
+			errs = append(errs, err)
+			left = append(left, m)
+			continue
+		}
+		if err := vmrunner.RemoveState(stateDir, m.state); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	qs.mounted = left
+	return errors.Join(errs...)
+}
+
+// removeRunDir releases the run's quotas and removes runDir, unless a
+// workspace is still mounted: then the directory stays for gc, which never
+// removes through a mount either.
+func (qs *quotas) removeRunDir(runDir string) error {
+	if err := qs.release(); err != nil {
+		return fmt.Errorf("remove run directory %s: %w (agentsandbox gc removes it later)", runDir, err)
+	}
+	return os.RemoveAll(runDir)
+}
