@@ -5,7 +5,11 @@
 // Only three getters are allowed, one per input kind:
 //   - file: a local path relative to the workflow file, always copied (the
 //     go-getter default is a symlink). A file may be pinned by sha256; a
-//     directory is recorded by its NAR hash.
+//     directory is recorded by its NAR hash. The path must resolve beneath
+//     the workflow's directory, also through symlinks (it is opened with
+//     an os.Root there), unless Fetcher.AllowOutside is set: the host reads
+//     inputs with the caller's rights and places them where a job reads
+//     them.
 //   - git: a git:: URL pinned by a full 40-hex commit. After checkout the
 //     fetcher checks that HEAD is that commit, drops .git and records the
 //     tree's NAR hash.
@@ -31,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -38,6 +43,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	getter "github.com/hashicorp/go-getter/v2"
@@ -61,6 +67,11 @@ type Limits struct {
 // workflow (or the source) is wrong, not the machine.
 var ErrChecksum = errors.New("checksum mismatch")
 
+// ErrOutside marks a file input whose source resolves outside the
+// workflow's directory, by ".." or through a symlink, when that is not
+// allowed (Fetcher.AllowOutside).
+var ErrOutside = errors.New("source outside the workflow's directory")
+
 // DefaultLimits: 4 GiB downloads, 16 GiB and 100000 entries unpacked.
 var DefaultLimits = Limits{MaxDownload: 4 << 30, MaxBytes: 16 << 30, MaxFiles: 100_000}
 
@@ -72,6 +83,10 @@ type Fetcher struct {
 	HTTPClient *http.Client
 	// Git is the git command; empty means "git" from PATH.
 	Git string
+	// AllowOutside accepts file inputs that resolve outside the workflow's
+	// directory (apply --allow-outside-inputs). Without it such an input
+	// fails with ErrOutside.
+	AllowOutside bool
 }
 
 // Fetched is one input placed at its destination.
@@ -169,6 +184,9 @@ func (f *Fetcher) fetchFile(ctx context.Context, in workflow.Input, baseDir stri
 	if err != nil {
 		return Fetched{}, err
 	}
+	if !f.AllowOutside {
+		return f.fetchFileBeneath(in, baseDir, path, want, pinned)
+	}
 	if pinned && f.Store.HasBlob(want) {
 		return cachedFile(want, f.Store)
 	}
@@ -190,6 +208,88 @@ func (f *Fetcher) fetchFile(ctx context.Context, in workflow.Input, baseDir stri
 		return Fetched{Input: record.Input{Format: record.FormatNAR, Digest: h.Blob(), Size: n}}, nil
 	}
 	return f.viaGetter(ctx, in, path, []getter.Getter{new(getter.FileGetter)}, want, pinned)
+}
+
+// outsideError is the ErrOutside error for source.
+func outsideError(source, baseDir, why string) error {
+	return fmt.Errorf("%w: source %q %s %s; move it into that directory, or pass --allow-outside-inputs to apply", ErrOutside, source, why, baseDir)
+}
+
+// fetchFileBeneath is fetchFile for a source that must resolve beneath
+// baseDir: it opens the source through an os.Root at baseDir, which refuses
+// ".." and symlinks that lead out, and reads the file or directory it
+// opened, so a symlink swapped in after the check does not lead elsewhere
+// either. Only regular files and directories are read: never a FIFO (which
+// would hang) or a device.
+func (f *Fetcher) fetchFileBeneath(in workflow.Input, baseDir, path string, want record.Digest, pinned bool) (Fetched, error) {
+	rel, err := filepath.Rel(baseDir, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return Fetched{}, outsideError(in.Source, baseDir, "is outside the workflow's directory")
+	}
+	root, err := os.OpenRoot(baseDir)
+	if err != nil {
+		return Fetched{}, fmt.Errorf("open the workflow's directory: %w", err)
+	}
+	defer root.Close()
+	// O_NONBLOCK: opening a FIFO must not wait for a writer. It changes
+	// nothing for regular files and directories.
+	fh, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if pinned && f.Store.HasBlob(want) && errors.Is(err, fs.ErrNotExist) {
+			return cachedFile(want, f.Store) // the source may go away once stored
+		}
+		if strings.Contains(err.Error(), "escapes from parent") {
+			return Fetched{}, outsideError(in.Source, baseDir, "leads through a symlink out of the workflow's directory")
+		}
+		return Fetched{}, fmt.Errorf("source: %w", err)
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
+	if err != nil {
+		return Fetched{}, fmt.Errorf("source: %w", err)
+	}
+	switch {
+	case fi.IsDir():
+		if pinned {
+			return Fetched{}, fmt.Errorf("source %s is a directory and sha256 pins only files; remove sha256 (directories are recorded by NAR hash) or point at an archive", path)
+		}
+		// The NAR is written from the directory's real path, read back
+		// from the descriptor the os.Root opened: it lies beneath
+		// baseDir. Symlinks inside it are stored as symlinks, never
+		// followed.
+		real, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fh.Fd()))
+		if err != nil {
+			return Fetched{}, fmt.Errorf("source: resolve %s: %w", path, err)
+		}
+		h, n, err := f.Store.PutNAR(real)
+		if err != nil {
+			return Fetched{}, err
+		}
+		return Fetched{Input: record.Input{Format: record.FormatNAR, Digest: h.Blob(), Size: n}}, nil
+	case !fi.Mode().IsRegular():
+		return Fetched{}, fmt.Errorf("source %s is a %s; file inputs are regular files or directories", path, fi.Mode().Type())
+	}
+	if pinned && f.Store.HasBlob(want) {
+		return cachedFile(want, f.Store)
+	}
+	stage, err := f.Store.TempDir("fetch-")
+	if err != nil {
+		return Fetched{}, err
+	}
+	defer os.RemoveAll(stage)
+	dl := filepath.Join(stage, "content")
+	w, err := os.OpenFile(dl, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return Fetched{}, err
+	}
+	if _, err := io.Copy(w, fh); err != nil {
+		w.Close()
+		return Fetched{}, fmt.Errorf("copy %s: %w", path, err)
+	}
+	if err := w.Close(); err != nil {
+		return Fetched{}, err
+	}
+	return f.storeStaged(stage, dl, path, want, pinned)
 }
 
 func (f *Fetcher) fetchHTTP(ctx context.Context, in workflow.Input) (Fetched, error) {
@@ -272,6 +372,12 @@ func (f *Fetcher) viaGetter(ctx context.Context, in workflow.Input, src string, 
 	if fi, err := os.Lstat(dl); err != nil || !fi.Mode().IsRegular() {
 		return Fetched{}, fmt.Errorf("get %s: the getter did not leave a regular file (%v)", src, err)
 	}
+	return f.storeStaged(stage, dl, src, want, pinned)
+}
+
+// storeStaged checks the file dl in the staging directory stage against the
+// pin and stores it as a blob; on a mismatch it removes stage.
+func (f *Fetcher) storeStaged(stage, dl, src string, want record.Digest, pinned bool) (Fetched, error) {
 	got, err := sha256File(dl)
 	if err != nil {
 		return Fetched{}, err

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,7 +15,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/workflow"
@@ -373,5 +376,111 @@ func TestGitInputPinnedByCommit(t *testing.T) {
 	withRef.Source += "?ref=master"
 	if _, err := f.Fetch(context.Background(), withRef, "", filepath.Join(ws, "r")); err == nil || !strings.Contains(err.Error(), "pinned by commit") {
 		t.Errorf("source with ?ref=: %v", err)
+	}
+}
+
+// TestFileInputOutsideRefused: a file input may not read outside the
+// workflow's directory, by ".." or through a symlink, even when its
+// sha256 is pinned, unless the fetcher allows it.
+func TestFileInputOutsideRefused(t *testing.T) {
+	top := t.TempDir()
+	base := filepath.Join(top, "wf")
+	secret := []byte("host secret\n")
+	writeFile(t, filepath.Join(top, "secret"), secret)
+	writeFile(t, filepath.Join(top, "outdir", "s.txt"), secret)
+	writeFile(t, filepath.Join(base, "data", "ok.txt"), []byte("ok\n"))
+	for _, l := range [][2]string{
+		{"../secret", "link-file"},
+		{"../outdir", "link-dir"},
+		{"/", "link-root"},
+		{"data", "link-inside"},
+	} {
+		if err := os.Symlink(l[0], filepath.Join(base, l[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name, source string
+		pinned       bool
+	}{
+		{"dotdot pinned", "../secret", true},
+		{"dotdot unpinned", "../secret", false},
+		{"dotdot inside a path", "data/../../secret", true},
+		{"absolute file URL", "file://" + filepath.Join(top, "secret"), true},
+		{"symlink to a file outside", "link-file", true},
+		{"symlink to a directory outside", "link-dir", false},
+		{"through a symlinked directory", "link-dir/s.txt", true},
+		{"through a symlink to /", "link-root/etc/hostname", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFetcher(t)
+			in := workflow.Input{Name: "x", Kind: workflow.InputFile, Source: c.source}
+			if c.pinned {
+				in.SHA256 = sum(secret)
+			}
+			dst := filepath.Join(t.TempDir(), "x")
+			_, err := f.Fetch(context.Background(), in, base, dst)
+			if !errors.Is(err, ErrOutside) || !strings.Contains(err.Error(), "--allow-outside-inputs") {
+				t.Fatalf("Fetch(%q) = %v, want ErrOutside naming the flag", c.source, err)
+			}
+			if _, err := os.Lstat(dst); err == nil {
+				t.Error("something was placed at dst")
+			}
+			if files := storeFiles(t, f.Store); len(files) != 0 {
+				t.Errorf("the store holds %v", files)
+			}
+		})
+	}
+
+	// A symlink that stays inside is followed.
+	f := newFetcher(t)
+	in := workflow.Input{Name: "x", Kind: workflow.InputFile, Source: "link-inside/ok.txt", SHA256: sum([]byte("ok\n"))}
+	got, err := f.Fetch(context.Background(), in, base, filepath.Join(t.TempDir(), "x"))
+	if err != nil {
+		t.Fatalf("a symlink inside the directory: %v", err)
+	}
+	if b, _ := os.ReadFile(got.Path); string(b) != "ok\n" {
+		t.Errorf("placed %q", b)
+	}
+
+	// The caller may allow outside sources.
+	f = newFetcher(t)
+	f.AllowOutside = true
+	in = workflow.Input{Name: "x", Kind: workflow.InputFile, Source: "../secret", SHA256: sum(secret)}
+	if got, err = f.Fetch(context.Background(), in, base, filepath.Join(t.TempDir(), "x")); err != nil {
+		t.Fatalf("allowed outside source: %v", err)
+	}
+	if b, _ := os.ReadFile(got.Path); !bytes.Equal(b, secret) {
+		t.Errorf("placed %q", b)
+	}
+}
+
+// TestFileInputSpecialFilesRefused: a FIFO (which would hang the host on
+// open) or a device is not read.
+func TestFileInputSpecialFilesRefused(t *testing.T) {
+	base := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(base, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/zero", filepath.Join(base, "zero")); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{"fifo", "zero"} {
+		f := newFetcher(t)
+		in := workflow.Input{Name: "x", Kind: workflow.InputFile, Source: src}
+		done := make(chan error, 1)
+		go func() {
+			_, err := f.Fetch(context.Background(), in, base, filepath.Join(t.TempDir(), "x"))
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !(strings.Contains(err.Error(), "regular files or directories") || errors.Is(err, ErrOutside)) {
+				t.Errorf("Fetch(%s) = %v, want a refusal", src, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Fetch(%s) hangs", src)
+		}
 	}
 }
