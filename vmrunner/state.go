@@ -190,9 +190,10 @@ type Remover struct {
 }
 
 // GC removes what the state files in dir list for every owner that is no
-// longer running: cgroups first (killing what is left in them), then
-// network namespaces, then mounts, then loop devices, then directories; a
-// state file goes once all of its entries are gone. It returns the entries
+// longer running: the cgroups of all of them first (killing what is left in
+// them), and their network namespaces, then for each its mounts, loop
+// devices and directories; a state file goes once all of its entries are
+// gone. It returns the entries
 // it removed (or found already gone) as "cgroup PATH", "netns NAME",
 // "mount PATH", "loop DEVICE", "dir PATH" and "state FILE". States of
 // owners that still run are left alone.
@@ -208,43 +209,52 @@ func GC(dir string, rm Remover) (removed []string, err error) {
 		rm.Detach = wsquota.Detach
 	}
 	var errs []error
+	var dead []StateFile
 	for _, sf := range states {
+		if !sf.State.OwnerAlive() {
+			dead = append(dead, sf)
+		}
+	}
+	failed := make([]bool, len(dead))
+	note := func(i int, what string, e error) {
+		if e != nil {
+			errs = append(errs, fmt.Errorf("gc run %s step %s: %w", dead[i].State.RunID, dead[i].State.Step, e))
+			failed[i] = true
+			return
+		}
+		removed = append(removed, what)
+	}
+	// First what runs: every dead step's processes are killed before any
+	// mount goes, since a jail's mount namespace holds its workspace's
+	// filesystem (and the step's workspace quota has a state of its own).
+	for i, sf := range dead {
 		s := sf.State
-		if s.OwnerAlive() {
-			continue
-		}
-		failed := false
-		note := func(what string, e error) {
-			if e != nil {
-				errs = append(errs, fmt.Errorf("gc run %s step %s: %w", s.RunID, s.Step, e))
-				failed = true
-				return
-			}
-			removed = append(removed, what)
-		}
 		for _, c := range s.Cgroups {
 			if rm.Cgroup == nil {
-				note("", fmt.Errorf("no cgroup remover for %s", c))
+				note(i, "", fmt.Errorf("no cgroup remover for %s", c))
 				continue
 			}
-			note("cgroup "+c, rm.Cgroup(c))
+			note(i, "cgroup "+c, rm.Cgroup(c))
 		}
 		for _, n := range s.Netns {
 			if rm.Netns == nil {
-				note("", fmt.Errorf("no netns remover for %s", n))
+				note(i, "", fmt.Errorf("no netns remover for %s", n))
 				continue
 			}
-			note("netns "+n, rm.Netns(n))
+			note(i, "netns "+n, rm.Netns(n))
 		}
+	}
+	for i, sf := range dead {
+		s := sf.State
 		unmounted := true
 		for _, m := range s.Mounts {
 			e := rm.Unmount(m)
 			unmounted = unmounted && e == nil
-			note("mount "+m, e)
+			note(i, "mount "+m, e)
 		}
 		if unmounted {
 			for _, l := range s.Loops {
-				note("loop "+l.Device, rm.Detach(l.Device, l.Image))
+				note(i, "loop "+l.Device, rm.Detach(l.Device, l.Image))
 			}
 		}
 		for _, d := range s.Dirs {
@@ -252,10 +262,10 @@ func GC(dir string, rm Remover) (removed []string, err error) {
 			if errors.Is(e, fs.ErrNotExist) {
 				e = nil
 			}
-			note("dir "+d, e)
+			note(i, "dir "+d, e)
 		}
-		if !failed {
-			note("state "+sf.Path, os.Remove(sf.Path))
+		if !failed[i] {
+			note(i, "state "+sf.Path, os.Remove(sf.Path))
 		}
 	}
 	return removed, errors.Join(errs...)

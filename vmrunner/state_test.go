@@ -78,8 +78,8 @@ func TestGC(t *testing.T) {
 	if err == nil {
 		t.Fatal("GC: no error for the failing netns")
 	}
-	want := []string{"cgroup /agentsandbox/r1/a", "netns asb-r1-a", "dir " + mount,
-		"state " + filepath.Join(dir, dead.FileName()), "netns asb-r3-c", "state " + filepath.Join(dir, reused.FileName())}
+	want := []string{"cgroup /agentsandbox/r1/a", "netns asb-r1-a", "netns asb-r3-c", "dir " + mount,
+		"state " + filepath.Join(dir, dead.FileName()), "state " + filepath.Join(dir, reused.FileName())}
 	if !reflect.DeepEqual(removed, want) {
 		t.Errorf("removed = %q\nwant      %q", removed, want)
 	}
@@ -105,17 +105,20 @@ func TestGCMountsBeforeDirs(t *testing.T) {
 	if err := os.Mkdir(ws, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	s := State{RunID: "r1", Step: "a", PID: deadPID(t), Cgroups: []string{"/agentsandbox/r1/a"},
+	// The quota's own state sorts before the step's: the step's cgroup
+	// (whose jail holds the mount) must still go first.
+	s := State{RunID: "r1", Step: "a/workspace", PID: deadPID(t),
 		Mounts: []string{ws}, Loops: []Loop{{Device: "/dev/loop7", Image: "/runs/r1/steps/a/workspace.img"}}, Dirs: []string{ws}}
+	step := State{RunID: "r1", Step: "a", PID: deadPID(t), Cgroups: []string{"/agentsandbox/r1/a"}}
 	busy := State{RunID: "r2", Step: "b", PID: deadPID(t),
 		Mounts: []string{"/busy"}, Loops: []Loop{{Device: "/dev/loop8", Image: "/busy.img"}}}
-	for _, st := range []State{s, busy} {
+	for _, st := range []State{s, step, busy} {
 		if err := WriteState(dir, st); err != nil {
 			t.Fatal(err)
 		}
 	}
 	got, err := ReadStates(dir)
-	if err != nil || len(got) != 2 || !reflect.DeepEqual(got[0].State, s) {
+	if err != nil || len(got) != 3 || !reflect.DeepEqual(got[0].State, s) {
 		t.Fatalf("ReadStates = %+v, %v, want the state with its mounts and loops", got, err)
 	}
 	var calls []string
@@ -138,7 +141,8 @@ func TestGCMountsBeforeDirs(t *testing.T) {
 	if !reflect.DeepEqual(calls, want) {
 		t.Errorf("calls = %q\nwant    %q", calls, want)
 	}
-	wantRemoved := []string{"cgroup /agentsandbox/r1/a", "mount " + ws, "loop /dev/loop7", "dir " + ws, "state " + filepath.Join(dir, s.FileName())}
+	wantRemoved := []string{"cgroup /agentsandbox/r1/a", "mount " + ws, "loop /dev/loop7", "dir " + ws,
+		"state " + filepath.Join(dir, s.FileName()), "state " + filepath.Join(dir, step.FileName())}
 	if !reflect.DeepEqual(removed, wantRemoved) {
 		t.Errorf("removed = %q\nwant      %q", removed, wantRemoved)
 	}
