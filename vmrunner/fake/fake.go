@@ -87,6 +87,14 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (vmrunner.Ste
 	if err != nil {
 		return res, fmt.Errorf("fake run step %q: %w", name, err)
 	}
+	// The host reads the job's status from result.json, as the real
+	// backends do, with the same bounds.
+	r, ok, err := vmrunner.ReadResult(spec.ControlDir)
+	if !ok {
+		res.Status = vmrunner.StatusFailed
+		res.Detail = fmt.Sprintf("no result: %v", err)
+		return res, nil
+	}
 	res.Result, res.HasResult = r, true
 	res.Usage.CPUTime = time.Duration(r.Rusage.UserMS+r.Rusage.SystemMS) * time.Millisecond
 	res.Usage.PeakMemoryBytes = r.Rusage.MaxRSSKiB * 1024

@@ -10,8 +10,16 @@
 // forge the control directory, and has no network but lo: it cannot reach a
 // listener the test opens on the host's loopback.
 //
+// The hostile part (every backend) runs what an attacking job would do
+// through the whole host side, pipeline.Run: outputs declared through
+// symlinks to / and /proc, a FIFO output, sparse files that use no disk but
+// add up to more than the step's disk, a log flood, and a result.json over its bound. The host must read
+// no host file, never hang, and fail the step with a detail that says why
+// (or store a symlink output as a symlink).
+//
 // Jobs use only sh, cat, env, sleep and bash from the host (or from
-// Options.PATH), so the suite runs without Nix.
+// Options.PATH), and coreutils for the hostile part, so the suite runs
+// without Nix.
 package runnertest
 
 import (
@@ -33,8 +41,11 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/vmrunner/pipeline"
 	"github.com/agentsandbox/agentsandbox/workflow"
+	"github.com/nix-community/go-nix/pkg/nar"
 )
 
 // Options say what the backend under test promises.
@@ -66,6 +77,8 @@ func Run(t *testing.T, newBackend func(t *testing.T) vmrunner.Backend, opts Opti
 		{"EnvExact", s.testEnvExact},
 		{"Workdir", s.testWorkdir},
 		{"Cancel", s.testCancel},
+		{"HostileOutputsAndLogs", s.testHostileOutputsAndLogs},
+		{"HostileResult", s.testHostileResult},
 	}
 	if opts.Isolated {
 		tests = append(tests,
@@ -380,5 +393,191 @@ func (s *suite) testNetworkNone(t *testing.T) {
 	case <-accepted:
 		t.Error("the host listener accepted a connection from the job")
 	default:
+	}
+}
+
+// hostileYAML is one step per attack. %CANARY% is the host path of a file
+// the job must never get the host to read; the job only names it.
+const hostileYAML = `apiVersion: agentsandbox.dev/v1
+kind: Workflow
+name: hostile
+steps:
+  - name: escape
+    run: ln -s / host && ln -s /etc/shadow a-link
+    outputs: [a-link, host%CANARY%]
+    resources: {disk: 64MiB, timeout: 60s}
+  - name: procfs
+    run: ln -s /proc proc
+    outputs: [proc/self/environ]
+    resources: {disk: 64MiB, timeout: 60s}
+  - name: fifo
+    run: mkfifo fifo
+    outputs: [fifo]
+    resources: {disk: 64MiB, timeout: 60s}
+  - name: sparse
+    run: mkdir sparse && truncate -s 48M sparse/a sparse/b && du -sk sparse
+    outputs: [sparse]
+    resources: {disk: 64MiB, timeout: 60s}
+  - name: flood
+    run: yes flood-line | head -c 1048576
+    resources: {disk: 64MiB, timeout: 60s}
+`
+
+// hostileLogLimit keeps the flood small enough for a serial console.
+const hostileLogLimit = 256 << 10
+
+func (s *suite) testHostileOutputsAndLogs(t *testing.T) {
+	b := s.newBackend(t)
+	dir := t.TempDir()
+	canary := "host-canary-" + RunID(t)
+	canaryPath := filepath.Join(dir, "canary")
+	if err := os.WriteFile(canaryPath, []byte(canary), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The host's own environment, which proc/self/environ would show.
+	t.Setenv("AGENTSANDBOX_TEST_CANARY", canary)
+	text := []byte(strings.ReplaceAll(hostileYAML, "%CANARY%", canaryPath))
+	w, err := workflow.Parse("hostile.yaml", text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := record.OpenStore(filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	console := map[string]int{}
+	opts := pipeline.Options{
+		WorkflowBytes: text, Isolation: s.opts.Isolation, Jobs: 1,
+		Host:  pipeline.Host{Root: os.Geteuid() == 0, UID: os.Geteuid()},
+		Store: store, RunRoot: filepath.Join(dir, "runs"),
+		Backends: map[workflow.Isolation]vmrunner.Backend{s.opts.Isolation: b},
+		// A VM step needs Nix: the backend under test brings its runner.
+		Realise: func(context.Context, []workflow.Step) (map[string]pipeline.Realised, error) {
+			return map[string]pipeline.Realised{}, nil
+		},
+		ToolVersion: "runnertest", LogLimit: hostileLogLimit,
+		Events: func(e pipeline.Event) {
+			if e.Kind == pipeline.EventLog {
+				mu.Lock()
+				console[e.Step] += len(e.Line) + 1
+				mu.Unlock()
+			}
+		},
+	}
+	type ran struct {
+		res *pipeline.Result
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		res, err := pipeline.Run(context.Background(), w, opts)
+		done <- ran{res, err}
+	}()
+	var got ran
+	select {
+	case got = <-done:
+	case <-time.After(10 * time.Minute):
+		t.Fatal("the host hung on what the hostile jobs left")
+	}
+	if got.err != nil {
+		t.Fatalf("Run: %v", got.err)
+	}
+	steps := map[string]record.Step{}
+	for _, st := range got.res.Record.Steps {
+		steps[st.Name] = st
+	}
+	expectFailed := func(name string, want ...string) {
+		t.Helper()
+		st := steps[name]
+		if st.Status != record.StatusFailed {
+			t.Errorf("step %s: %s (%s), want failed", name, st.Status, st.Detail)
+		}
+		for _, w := range want {
+			if !strings.Contains(st.Detail, w) {
+				t.Errorf("step %s: detail %q, want it to say %q", name, st.Detail, w)
+			}
+		}
+	}
+	expectFailed("escape", "host"+canaryPath, "never through a symlink")
+	expectFailed("procfs", "proc/self/environ", "never through a symlink")
+	expectFailed("fifo", `output "fifo"`, "a FIFO")
+	// Each file is under the step's file size limit (rlimit) and uses no
+	// disk; together they are over what the step may output.
+	expectFailed("sparse", `output "sparse": file "sparse/b" is 50331648 bytes, which with the 50331648 bytes of outputs before it is over the step's output limit of 67108864 bytes`)
+
+	// The symlink that is itself an output is stored as a symlink; its
+	// target is a string the host never resolved.
+	if outs := steps["escape"].Outputs; len(outs) != 1 || outs[0].Path != "a-link" {
+		t.Errorf("escape outputs %+v, want only a-link", outs)
+	} else if typ, target := narRoot(t, store, outs[0].NarHash); typ != nar.TypeSymlink || target != "/etc/shadow" {
+		t.Errorf("a-link stored as %v %q, want a symlink to /etc/shadow", typ, target)
+	}
+
+	flood := steps["flood"]
+	if flood.Status != record.StatusSucceeded {
+		t.Errorf("flood: %s (%s), want succeeded", flood.Status, flood.Detail)
+	}
+	if want := int64(1<<20 - hostileLogLimit); flood.Logs.StdoutTruncated != want {
+		t.Errorf("flood: stdoutTruncated = %d, want %d", flood.Logs.StdoutTruncated, want)
+	}
+	if fi, err := os.Stat(store.BlobPath(flood.Logs.Stdout)); err != nil || fi.Size() > hostileLogLimit+256 {
+		t.Errorf("flood: stored stdout is %v bytes (%v), want about %d", fi.Size(), err, hostileLogLimit)
+	}
+	mu.Lock()
+	shown := console["flood"]
+	mu.Unlock()
+	if shown > hostileLogLimit+64<<10+512 {
+		t.Errorf("flood: %d bytes reached the console, want at most about %d", shown, hostileLogLimit)
+	}
+
+	// Nothing of the host's was stored, under any name.
+	filepath.WalkDir(filepath.Join(store.Dir(), "blobs"), func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Error(err)
+		} else if bytes.Contains(b, []byte(canary)) {
+			t.Errorf("blob %s holds the host's canary", p)
+		}
+		return nil
+	})
+}
+
+// narRoot returns the type of the root of the stored NAR h and, for a
+// symlink, its target.
+func narRoot(t *testing.T, store *record.Store, h record.NarHash) (nar.NodeType, string) {
+	t.Helper()
+	blob, err := store.OpenBlob(h.Blob())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blob.Close()
+	nr, err := nar.NewReader(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr, err := nr.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hdr.Type, hdr.LinkTarget
+}
+
+// testHostileResult: the backend reads result.json as hostile. The job's
+// step name, echoed by the agent, makes it far bigger than any result
+// should be, as a guest the job took over could: that is no result.
+func (s *suite) testHostileResult(t *testing.T) {
+	b := s.newBackend(t)
+	spec := s.opts.Spec(t, "bigresult", Sh("echo hi"))
+	spec.Job.Step = strings.Repeat("s", 128<<10)
+	res := RunStep(t, b, spec)
+	if res.Status != vmrunner.StatusFailed || res.HasResult {
+		t.Fatalf("status %s, result %v, want failed without a result", res.Status, res.HasResult)
+	}
+	if want := fmt.Sprintf("over the limit of %d bytes", guest.MaxResultSize); !strings.Contains(res.Detail, want) {
+		t.Errorf("detail %q, want it to say %q", res.Detail, want)
 	}
 }
