@@ -84,7 +84,7 @@ func TestReadRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := RunnerInfo{Dir: dir, Hypervisor: "qemu", Taps: []string{"vm-a", "vm-b"}, TapVnetHdr: true,
-		TapMultiQueue: true, HasShutdown: true, BakedAccel: "kvm"}
+		TapMultiQueue: true, HasShutdown: true, BakedAccel: "kvm", Target: Target{Machine: "microvm"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ReadRunner = %+v\nwant         %+v", got, want)
 	}
