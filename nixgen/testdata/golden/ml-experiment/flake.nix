@@ -10,13 +10,7 @@
   description = "agentsandbox workflow ml-experiment";
 
   inputs = {
-    nixpkgs = {
-      type = "github";
-      owner = "NixOS";
-      repo = "nixpkgs";
-      rev = "8f3e1f807051e32d8c95cd12b9b421623850a34d";
-      narHash = "sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=";
-    };
+    nixpkgs.url = "github:NixOS/nixpkgs/8f3e1f807051e32d8c95cd12b9b421623850a34d";
     microvm = {
       url = "github:microvm-nix/microvm.nix";
       inputs.nixpkgs.follows = "nixpkgs";
