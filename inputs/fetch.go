@@ -212,7 +212,7 @@ func (f *Fetcher) fetchFile(ctx context.Context, in workflow.Input, baseDir stri
 
 // outsideError is the ErrOutside error for source.
 func outsideError(source, baseDir, why string) error {
-	return fmt.Errorf("%w: source %q %s %s; move it into that directory, or pass --allow-outside-inputs to apply", ErrOutside, source, why, baseDir)
+	return fmt.Errorf("%w %s: source %q %s; move the file there, or pass --allow-outside-inputs to apply", ErrOutside, baseDir, source, why)
 }
 
 // fetchFileBeneath is fetchFile for a source that must resolve beneath
@@ -224,7 +224,7 @@ func outsideError(source, baseDir, why string) error {
 func (f *Fetcher) fetchFileBeneath(in workflow.Input, baseDir, path string, want record.Digest, pinned bool) (Fetched, error) {
 	rel, err := filepath.Rel(baseDir, path)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return Fetched{}, outsideError(in.Source, baseDir, "is outside the workflow's directory")
+		return Fetched{}, outsideError(in.Source, baseDir, "leaves it with ..")
 	}
 	root, err := os.OpenRoot(baseDir)
 	if err != nil {
@@ -239,7 +239,7 @@ func (f *Fetcher) fetchFileBeneath(in workflow.Input, baseDir, path string, want
 			return cachedFile(want, f.Store) // the source may go away once stored
 		}
 		if strings.Contains(err.Error(), "escapes from parent") {
-			return Fetched{}, outsideError(in.Source, baseDir, "leads through a symlink out of the workflow's directory")
+			return Fetched{}, outsideError(in.Source, baseDir, "leads out of it through a symlink")
 		}
 		return Fetched{}, fmt.Errorf("source: %w", err)
 	}

@@ -86,7 +86,7 @@ passes the probe but still cannot run a guest; --accel kvm skips the probe.` + e
 
 func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string) error {
 	path := args[0]
-	w, raw, err := loadWorkflow(path)
+	w, raw, err := loadWorkflow(path, opts.Policy.parseOptions()...)
 	if err != nil {
 		var list *workflow.ErrorList
 		if errors.As(err, &list) {
@@ -138,7 +138,7 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 		}
 		realise = nr.Realise
 	}
-	fetcher := &inputs.Fetcher{Store: store, Limits: inputs.DefaultLimits}
+	fetcher := &inputs.Fetcher{Store: store, Limits: inputs.DefaultLimits, AllowOutside: opts.Policy.AllowOutsideInputs}
 	baseDir := filepath.Dir(path)
 	fetch := func(ctx context.Context, in workflow.Input, dir string) (record.Input, string, error) {
 		dst := filepath.Join(dir, "content")
@@ -205,7 +205,7 @@ func applyExit(err error) error {
 		return withExit(ExitBuild, err)
 	case errors.Is(err, nixbuild.ErrNixMissing), errors.Is(err, pipeline.ErrNoNix):
 		return withExit(ExitInfra, err)
-	case errors.Is(err, inputs.ErrChecksum):
+	case errors.Is(err, inputs.ErrChecksum), errors.Is(err, inputs.ErrOutside):
 		return withExit(ExitInvalid, err)
 	case errors.Is(err, context.Canceled):
 		return withExit(ExitInfra, fmt.Errorf("interrupted; everything the run created was removed: %w", err))

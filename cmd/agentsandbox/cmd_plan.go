@@ -69,7 +69,7 @@ type planStep struct {
 
 func runPlan(ctx context.Context, stdio Stdio, opts planOptions, args []string) error {
 	path := args[0]
-	w, _, err := loadWorkflow(path)
+	w, _, err := loadWorkflow(path, opts.policy.parseOptions()...)
 	if err != nil {
 		reportLoadError(stdio.Err, err)
 		return &silentError{code: exitCode(err)}

@@ -120,7 +120,7 @@ Exit status:
 
 func runPolicyEval(ctx context.Context, stdio Stdio, opts policyEvalOptions, args []string) error {
 	path := args[0]
-	w, _, err := workflow.ParseFile(path)
+	w, _, err := workflow.ParseFile(path, opts.policy.parseOptions()...)
 	if err != nil {
 		var list *workflow.ErrorList
 		if errors.As(err, &list) {

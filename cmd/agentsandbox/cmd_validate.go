@@ -53,7 +53,7 @@ func runValidate(ctx context.Context, stdio Stdio, opts validateOptions, args []
 	worst := ExitOK
 	var host *policy.Host
 	for _, path := range args {
-		w, _, err := loadWorkflow(path)
+		w, _, err := loadWorkflow(path, opts.Policy.parseOptions()...)
 		if err != nil {
 			worst = max(worst, ExitInvalid)
 			reportLoadError(stdio.Err, err)
@@ -90,8 +90,8 @@ func hostFacts(ctx context.Context) policy.Host {
 // command that takes a workflow file goes through it, so checks added here
 // (such as policy admission) apply to all of them. An invalid workflow
 // gives a *workflow.ErrorList marked ExitInvalid.
-func loadWorkflow(path string) (*workflow.Workflow, []byte, error) {
-	w, data, err := workflow.ParseFile(path)
+func loadWorkflow(path string, popts ...workflow.ParseOption) (*workflow.Workflow, []byte, error) {
+	w, data, err := workflow.ParseFile(path, popts...)
 	if err != nil {
 		return nil, data, withExit(ExitInvalid, err)
 	}

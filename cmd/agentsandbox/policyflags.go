@@ -19,12 +19,23 @@ type policyOptions struct {
 	Dirs      []string
 	DataFiles []string
 	NoDefault bool
+	// AllowOutsideInputs admits file inputs whose source leaves the
+	// workflow's directory (refused by default, when parsing and again
+	// when fetching).
+	AllowOutsideInputs bool
 }
 
-// AddFlags adds --policy, --policy-data and --no-default-policy.
+// AddFlags adds --policy, --policy-data, --no-default-policy and
+// --allow-outside-inputs.
 func (o *policyOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.Dirs, "policy", nil, "folder of *.rego rules loaded with the default policy (repeatable)")
 	o.addDataFlags(fs)
+	fs.BoolVar(&o.AllowOutsideInputs, "allow-outside-inputs", false, "accept file inputs whose source lies outside the workflow's directory (../data.csv, or through a symlink)")
+}
+
+// parseOptions are the workflow parser's options these flags set.
+func (o policyOptions) parseOptions() []workflow.ParseOption {
+	return []workflow.ParseOption{workflow.AllowOutsideInputs(o.AllowOutsideInputs)}
 }
 
 // addDataFlags adds the flags `policy test` shares: it takes folders as
