@@ -10,9 +10,13 @@ import (
 	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
 )
 
-// Escape tests for the smaller classes of issue 11: memory a job holds
-// outside its cgroup, its output on the caller's terminal and file inputs
-// from outside the workflow's directory. Each failed before its fix.
+// Escape tests for the smaller classes of issue 11. Each failed before its
+// fix. Memory a job holds outside its cgroup is tested here, against the
+// namespace backend. The other two classes are stopped in the CLI, so
+// their end-to-end tests run `apply` with a real jail in
+// cmd/agentsandbox: TestApplyNeutralisesForgedLine (control characters
+// from job output on the caller's terminal) and TestApplyRefusesOutsideInput
+// (a file input read from outside the workflow's directory).
 
 // tcpHog is a perl job that listens on loopback in the step's own network
 // namespace, opens many connections to itself, accepts them and writes to
