@@ -76,3 +76,18 @@ func TestPutNARFuncFailureStoresNothing(t *testing.T) {
 		t.Fatalf("a failed dump left %v", files)
 	}
 }
+
+// TestStoreRefusesSharedDirectory: tightening /tmp would break the host;
+// a sticky directory is refused instead.
+func TestStoreRefusesSharedDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenStore(dir); err == nil || !strings.Contains(err.Error(), "sticky") {
+		t.Fatalf("OpenStore(a sticky directory) = %v", err)
+	}
+	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o777 {
+		t.Fatalf("the shared directory's mode changed to %v", fi.Mode())
+	}
+}

@@ -74,6 +74,12 @@ func OpenStore(dir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
+	if err := os.MkdirAll(abs, DirMode); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", abs, err)
+	}
+	if fi, err := os.Stat(abs); err == nil && fi.Mode()&fs.ModeSticky != 0 {
+		return nil, fmt.Errorf("open store %s: a shared directory (sticky bit, like /tmp) cannot hold job output privately: use a directory of its own, such as %s", abs, filepath.Join(abs, "agentsandbox"))
+	}
 	for _, sub := range []string{"records", "blobs", "refs", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(abs, sub), DirMode); err != nil {
 			return nil, fmt.Errorf("open store %s: %w", abs, err)
