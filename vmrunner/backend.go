@@ -43,6 +43,11 @@ type StepSpec struct {
 	// Console receives the job's output (namespace) or the guest console
 	// (vm) live. It may be nil.
 	Console io.Writer
+
+	// SeccompAllow are system calls the job may make on top of the jail's
+	// default seccomp filter, each one of seccomp.Relaxable (policy data
+	// agentsandbox.seccomp.allow; docs/policy.md). Namespace backend only.
+	SeccompAllow []string
 }
 
 // Status is how a step ended.
@@ -79,6 +84,10 @@ type StepResult struct {
 	Accel      string              `json:"accel,omitempty"`      // vm only: "kvm" or "tcg"
 	Started    time.Time           `json:"started"`
 	Finished   time.Time           `json:"finished"`
+
+	// Seccomp is the digest ("sha256:<hex>", seccomp.Profile.Digest) of
+	// the filter the job ran under; empty when the backend does not say.
+	Seccomp string `json:"seccomp,omitempty"`
 }
 
 // Backend runs steps in one isolation level. Run returns an error only for a

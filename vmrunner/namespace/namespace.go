@@ -35,6 +35,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
 	"github.com/agentsandbox/agentsandbox/vmrunner/sandbox"
+	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -188,17 +189,43 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 		return res, err
 	}
 
+	filter, err := stepSeccomp(spec.SeccompAllow)
+	if err != nil {
+		return res, err
+	}
+	res.Seccomp = filter.DigestString()
 	cfg := jail.Config{
 		RootDir: root, Hostname: hostname(name),
 		Workspace: spec.Workspace, ControlDir: spec.ControlDir,
 		ClosurePaths: spec.ClosurePaths, EnvPath: spec.EnvPath,
 		TmpBytes: spec.Step.Resources.Disk, Console: spec.Console,
 		InitPath: b.opts.InitPath,
+		Rlimits:  Rlimits(spec.Step.Resources),
+		Seccomp:  filter,
 	}
 	if err := sb.Start(ctx, cfg); err != nil {
 		return res, err
 	}
 	return wait(ctx, sb, spec, res)
+}
+
+// Rlimits are a step's resource limits in its jail: the default descriptor
+// limits, and no file larger than the step's disk.
+func Rlimits(r workflow.Resources) jail.Rlimits {
+	disk := r.Disk
+	if disk <= 0 {
+		disk = workflow.DefaultDisk
+	}
+	return jail.Rlimits{FSize: uint64(disk)}
+}
+
+// stepSeccomp is the default seccomp filter with the step's allowances.
+func stepSeccomp(allow []string) (*seccomp.Profile, error) {
+	p, err := seccomp.Default()
+	if err != nil {
+		return nil, err
+	}
+	return p.Relax(allow)
 }
 
 // hostname is the step's name cut to the kernel's 64-byte limit.
