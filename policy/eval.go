@@ -63,6 +63,21 @@ type Decision struct {
 	Warn []string `json:"warn"`
 	// EvalTime is how long the evaluation took (not part of any digest).
 	EvalTime time.Duration `json:"evalTimeNs"`
+	// SeccompAllow is the policy data agentsandbox.seccomp.allow: step
+	// name, or "*" for every step, to the system calls that step's job may
+	// make beyond the jail's default seccomp filter. BundleDigest pins it.
+	SeccompAllow map[string][]string `json:"seccompAllow,omitempty"`
+}
+
+// SeccompAllowFor is what SeccompAllow grants step: its own entry and
+// "*", sorted, without repeats; nil when nothing is granted.
+func (d *Decision) SeccompAllowFor(step string) []string {
+	if d == nil {
+		return nil
+	}
+	out := append(slices.Clone(d.SeccompAllow["*"]), d.SeccompAllow[step]...)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Allowed reports whether no rule denied.
@@ -126,6 +141,12 @@ func (e *Engine) Eval(ctx context.Context, w *workflow.Workflow, host Host) (*De
 		BundleDigest: e.bundle,
 		InputDigest:  sha256.Sum256(in),
 		Policies:     slices.Clone(e.policies),
+	}
+	if len(e.seccompAllow) > 0 {
+		d.SeccompAllow = make(map[string][]string, len(e.seccompAllow))
+		for k, v := range e.seccompAllow {
+			d.SeccompAllow[k] = slices.Clone(v)
+		}
 	}
 	d.ID = decisionID(d.BundleDigest, d.InputDigest)
 	if d.Deny, err = messages(rs[0].Bindings, e.denyVars); err != nil {

@@ -71,6 +71,8 @@ type Engine struct {
 	warnVars []string
 	bundle   Digest
 	policies []string
+	// seccompAllow is data.agentsandbox.seccomp.allow (see SeccompAllow).
+	seccompAllow map[string][]string
 }
 
 // BundleDigest is the digest over the policy files and data Load read.
@@ -123,7 +125,11 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 			"no deny or warn rule in package %s (or below it) in %s; write `deny contains msg if { ... }` rules or drop --no-default-policy",
 			Package, strings.Join(opts.Dirs, ", "))}}
 	}
-	e := &Engine{bundle: b.digest(), policies: make([]string, 0, len(b.sources))}
+	allow, err := seccompAllowData(b.data)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{bundle: b.digest(), policies: make([]string, 0, len(b.sources)), seccompAllow: allow}
 	for _, s := range b.sources {
 		e.policies = append(e.policies, s.name)
 	}
@@ -150,6 +156,49 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e.query = pq
 	return e, nil
+}
+
+// seccompAllowData reads data.agentsandbox.seccomp.allow: an object from a
+// step name, or "*" for every step, to the system calls that step's job may
+// make beyond the jail's default seccomp filter. Which calls may be named
+// at all is the runner's to say (vmrunner/seccomp.Relaxable); this only
+// checks the shape. Absent, it is nil.
+func seccompAllowData(data map[string]any) (map[string][]string, error) {
+	const key = "data.agentsandbox.seccomp.allow"
+	as, _ := data["agentsandbox"].(map[string]any)
+	sc, ok := as["seccomp"]
+	if !ok {
+		return nil, nil
+	}
+	scm, ok := sc.(map[string]any)
+	if !ok {
+		return nil, &SourceError{Problems: []string{fmt.Sprintf("policy data data.agentsandbox.seccomp is %T, want an object such as {\"allow\": {\"*\": [\"perf_event_open\"]}}", sc)}}
+	}
+	allow, ok := scm["allow"]
+	if !ok {
+		return nil, nil
+	}
+	am, ok := allow.(map[string]any)
+	if !ok {
+		return nil, &SourceError{Problems: []string{fmt.Sprintf("policy data %s is %T, want an object from step names (or \"*\") to lists of system calls", key, allow)}}
+	}
+	out := map[string][]string{}
+	for step, v := range am {
+		list, ok := v.([]any)
+		if !ok {
+			return nil, &SourceError{Problems: []string{fmt.Sprintf("policy data %s[%q] is %T, want a list of system call names", key, step, v)}}
+		}
+		for _, n := range list {
+			s, ok := n.(string)
+			if !ok || s == "" {
+				return nil, &SourceError{Problems: []string{fmt.Sprintf("policy data %s[%q] holds %v, want system call names", key, step, n)}}
+			}
+			out[step] = append(out[step], s)
+		}
+		slices.Sort(out[step])
+		out[step] = slices.Compact(out[step])
+	}
+	return out, nil
 }
 
 // decisionRefs finds the deny and warn rules of package agentsandbox and the
