@@ -23,11 +23,20 @@ const ImageFile = "workspace.img"
 // placed into it, so inputs and needed outputs count too; they stay
 // mounted until the run ends, since later steps copy outputs out of them.
 type quotas struct {
-	stateDir string // for the state files gc reads; vmrunner.DefaultStateDir when empty
-	runID    string
+	stateDir  string // for the state files gc reads; vmrunner.DefaultStateDir when empty
+	runID     string
+	templates *wsquota.Templates // one mkfs per kind of workspace in the run
 
 	mu      sync.Mutex
 	mounted []quota
+}
+
+// TemplateDir holds, in a run directory, the filesystem images the run's
+// workspace images are copied from.
+const TemplateDir = "quota-templates"
+
+func newQuotas(stateDir, runID, runDir string) *quotas {
+	return &quotas{stateDir: stateDir, runID: runID, templates: &wsquota.Templates{Dir: filepath.Join(runDir, TemplateDir)}}
 }
 
 type quota struct {
@@ -62,7 +71,7 @@ func (qs *quotas) mount(ctx context.Context, step workflow.Step, ws string) erro
 	image := filepath.Join(filepath.Dir(abs), ImageFile)
 	q, err := wsquota.Mount(ctx, wsquota.Spec{
 		Image: image, Dir: abs, Bytes: step.Resources.Disk,
-		UID: guest.DefaultUID, GID: guest.DefaultGID,
+		UID: guest.DefaultUID, GID: guest.DefaultGID, Templates: qs.templates,
 		Before: func(loop string) error {
 			st.Mounts = []string{abs}
 			st.Loops = []vmrunner.Loop{{Device: loop, Image: image}}

@@ -173,7 +173,7 @@ func TestQuotaChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qs := &quotas{stateDir: stateDir, runID: "killed"}
+	qs := newQuotas(stateDir, "killed", runDir)
 	if err := qs.mount(context.Background(), workflow.Step{Name: "s", Resources: workflow.Resources{Disk: 8 << 20}}, dirs.Workspace); err != nil {
 		t.Fatal(err)
 	}

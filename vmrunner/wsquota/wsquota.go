@@ -92,6 +92,9 @@ type Spec struct {
 	// record both for gc; an error stops Mount. It may be called again
 	// with another device when the first was taken meanwhile.
 	Before func(loop string) error
+	// Templates, when set, makes the filesystem once per kind and copies
+	// it; nil runs mkfs.ext4 for each Mount.
+	Templates *Templates
 }
 
 func (s Spec) inodes() int64 {
@@ -179,9 +182,25 @@ func Mount(ctx context.Context, s Spec) (q *Quota, err error) {
 	if err := f.Truncate(s.Bytes); err != nil {
 		return q, fmt.Errorf("size image: %w", err)
 	}
-	argv := MkfsArgs(mkfs, s)
-	if out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {
-		return q, fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, bytes.TrimSpace(out))
+	if s.Templates != nil {
+		tmpl, err := s.Templates.image(ctx, mkfs, s)
+		if err != nil {
+			return q, err
+		}
+		src, err := os.Open(tmpl)
+		if err != nil {
+			return q, fmt.Errorf("copy template: %w", err)
+		}
+		err = copySparse(f, src)
+		src.Close()
+		if err != nil {
+			return q, err
+		}
+	} else {
+		argv := MkfsArgs(mkfs, s)
+		if out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			return q, fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, bytes.TrimSpace(out))
+		}
 	}
 	loop, err := attach(f, s.Image, s.Before)
 	if err != nil {

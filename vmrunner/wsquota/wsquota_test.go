@@ -270,3 +270,58 @@ func TestRootMountFailsCleanly(t *testing.T) {
 		t.Errorf("existing image changed: %q, %v", b, err)
 	}
 }
+
+// TestRootTemplates: mounts of one kind share one mkfs; each copy is a
+// working, empty, separate filesystem that takes little of the host's disk.
+func TestRootTemplates(t *testing.T) {
+	testtier.Root(t)
+	if _, err := FindMkfs(); err != nil {
+		testtier.Skip(t, "root", err.Error())
+	}
+	if _, err := os.Stat(LoopControl); err != nil {
+		testtier.Skip(t, "root", "no "+LoopControl)
+	}
+	dir := t.TempDir()
+	tm := &Templates{Dir: filepath.Join(dir, "templates")}
+	var qs []*Quota
+	for i := 0; i < 3; i++ {
+		ws := filepath.Join(dir, fmt.Sprint("ws", i))
+		if err := os.Mkdir(ws, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		q, err := Mount(context.Background(), Spec{Image: ws + ".img", Dir: ws, Bytes: 64 << 20, UID: 65534, GID: 65534, Templates: tm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := q.Unmount(); err != nil {
+				t.Error(err)
+			}
+			assertGone(t, q)
+		})
+		qs = append(qs, q)
+	}
+	if ents, _ := os.ReadDir(tm.Dir); len(ents) != 1 {
+		t.Errorf("templates %v, want one for one kind of workspace", ents)
+	}
+	for i, q := range qs {
+		if ents, err := os.ReadDir(q.Dir); err != nil || len(ents) != 0 {
+			t.Errorf("workspace %d holds %v (%v), want nothing", i, ents, err)
+		}
+		if err := os.WriteFile(filepath.Join(q.Dir, "mine"), []byte(fmt.Sprint(i)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(q.Image, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Blocks*512 > 4<<20 {
+			t.Errorf("copy %d takes %d bytes of the host's disk, want a sparse copy", i, st.Blocks*512)
+		}
+	}
+	for i, q := range qs {
+		if b, err := os.ReadFile(filepath.Join(q.Dir, "mine")); err != nil || string(b) != fmt.Sprint(i) {
+			t.Errorf("workspace %d reads %q, %v: the copies are not separate", i, b, err)
+		}
+	}
+}
