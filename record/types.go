@@ -111,6 +111,10 @@ type Step struct {
 	// JobDigest is the sha256 of the job.json the agent ran; the blob store
 	// holds those bytes.
 	JobDigest Digest `json:"jobDigest"`
+	// Seccomp is the digest of the seccomp filter the job ran under (the
+	// sha256 of vmrunner/seccomp's canonical text of it); absent when the
+	// backend does not report one (vm steps, older records).
+	Seccomp *Digest `json:"seccomp,omitempty"`
 
 	Started  time.Time `json:"started"`
 	Finished time.Time `json:"finished"`

@@ -14,6 +14,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -112,6 +113,22 @@ func fillStep(sr *record.Step, res *vmrunner.StepResult) {
 		OOMKills:        res.Usage.OOMKills,
 		ThrottledNs:     res.Usage.ThrottledTime.Nanoseconds(),
 	}
+}
+
+// checkSeccompAllow refuses policy data that grants a step a system call
+// the jail's filter cannot be relaxed by (seccomp.Relaxable), before any
+// step runs.
+func checkSeccompAllow(d *policy.Decision) error {
+	p, err := seccomp.Default()
+	if err != nil {
+		return err
+	}
+	for step, names := range d.SeccompAllow {
+		if _, err := p.Relax(names); err != nil {
+			return fmt.Errorf("policy data agentsandbox.seccomp.allow[%q]: %w", step, err)
+		}
+	}
+	return nil
 }
 
 func policyRecord(d *policy.Decision) *record.Policy {
