@@ -19,6 +19,7 @@ package namespace
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -33,8 +34,13 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/policy"
+	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/vmrunner/pipeline"
 	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
+	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
+	"github.com/agentsandbox/agentsandbox/workflow"
 	"golang.org/x/sys/unix"
 )
 
@@ -422,5 +428,65 @@ func TestEscapeSeccompRecorded(t *testing.T) {
 	def, relaxed := f["runner default-seccomp"], f["runner keyctl-seccomp"]
 	if !strings.HasPrefix(def, "sha256:") || !strings.HasPrefix(relaxed, "sha256:") || def == relaxed {
 		t.Errorf("step results name filters %q and %q, want two different sha256 digests", def, relaxed)
+	}
+}
+
+// TestSeccompAllowanceRecorded runs a workflow through the pipeline with a
+// policy decision that grants one step perf_event_open: that step's record
+// names the relaxed filter, the other step's the default one; and an
+// allowance the filter cannot make fails the run before any step.
+func TestSeccompAllowanceRecorded(t *testing.T) {
+	testtier.Root(t)
+	text := `apiVersion: agentsandbox.dev/v1
+kind: Workflow
+name: seccomp
+steps:
+  - name: plain
+    run: "true"
+  - name: perf
+    run: "true"
+`
+	w, err := workflow.Parse("seccomp.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(allow map[string][]string) (*pipeline.Result, error) {
+		dir := t.TempDir()
+		store, err := record.OpenStore(filepath.Join(dir, "state"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pipeline.Run(context.Background(), w, pipeline.Options{
+			WorkflowBytes: []byte(text), Isolation: workflow.IsolationNamespace, Jobs: 2,
+			Host: pipeline.Host{Root: true}, Store: store, RunRoot: filepath.Join(dir, "runs"),
+			Backends:    map[workflow.Isolation]vmrunner.Backend{workflow.IsolationNamespace: newBackend(t)},
+			ToolVersion: "escape-test",
+			Decision:    &policy.Decision{Deny: []string{}, Warn: []string{}, SeccompAllow: allow},
+		})
+	}
+	res, err := run(map[string][]string{"perf": {"perf_event_open"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := seccomp.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	relaxed, err := def.Relax([]string{"perf_event_open"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"plain": def.DigestString(), "perf": relaxed.DigestString()}
+	for _, s := range res.Record.Steps {
+		if s.Seccomp == nil || s.Seccomp.String() != want[s.Name] {
+			t.Errorf("step %s records seccomp %v, want %s", s.Name, s.Seccomp, want[s.Name])
+		}
+	}
+	if len(res.Record.Steps) != 2 {
+		t.Errorf("record has %d steps", len(res.Record.Steps))
+	}
+	_, err = run(map[string][]string{"*": {"mount"}})
+	if err == nil || !strings.Contains(err.Error(), `agentsandbox.seccomp.allow["*"]`) || !strings.Contains(err.Error(), `"mount" cannot be allowed`) {
+		t.Errorf("a run granting mount: %v, want a refusal naming the data key", err)
 	}
 }
