@@ -167,3 +167,20 @@ func TestAssembleRefusesSymlinkedWorkspace(t *testing.T) {
 		t.Fatal("the symlink's target was chowned")
 	}
 }
+
+// TestCollectKeepsAFailedStatus: a log fault adds to why a step that timed
+// out failed; it does not turn the timeout into a plain failure.
+func TestCollectKeepsAFailedStatus(t *testing.T) {
+	r, dirs := testRun(t, 0)
+	if err := syscall.Mkfifo(filepath.Join(dirs.Control, guest.StdoutFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := vmrunner.StepResult{Status: vmrunner.StatusTimeout, Detail: "ran past its 1000 ms timeout"}
+	sr := &record.Step{}
+	if err := r.collect(workflow.Step{Name: "s"}, dirs, &res, sr); err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != vmrunner.StatusTimeout || !strings.HasPrefix(res.Detail, "ran past its 1000 ms timeout; log stdout.log was not read") {
+		t.Errorf("status %s, detail %q", res.Status, res.Detail)
+	}
+}

@@ -380,13 +380,20 @@ func (e *jobFault) Error() string { return e.msg }
 // as symlinks), within the limits above. A declared output the step did not
 // create, or could not be stored within them, fails the step.
 func (r *run) collect(step workflow.Step, dirs stepDirs, res *vmrunner.StepResult, sr *record.Step) error {
+	// fail makes a succeeded step failed; a step that already failed (or
+	// timed out, or ran out of memory) keeps its status, and detail is
+	// added to why.
 	fail := func(detail string) {
-		if res.Status == vmrunner.StatusSucceeded || res.Detail == "" {
-			res.Detail = detail
-		} else {
+		switch {
+		case res.Status == vmrunner.StatusSucceeded:
+			res.Status, res.Detail = vmrunner.StatusFailed, detail
+		case res.Detail != "":
 			res.Detail += "; " + detail
+		case res.HasResult && res.Result.Error != "":
+			res.Detail = res.Result.Error + "; " + detail
+		default:
+			res.Detail = detail
 		}
-		res.Status = vmrunner.StatusFailed
 	}
 	ctl, err := jobfs.Open(dirs.Control)
 	if err != nil {
