@@ -96,6 +96,7 @@ var changedMeaning = map[string][2]string{
 	"bandwidth":      {"{memory: 1GiB,", "{bandwidth: 1Mbit, memory: 1GiB,"},
 	"io read":        {"{memory: 1GiB,", "{ioRead: 1MiB/s, memory: 1GiB,"},
 	"io write":       {"{memory: 1GiB,", "{ioWrite: 1MiB/s, memory: 1GiB,"},
+	"disk inodes":    {"{memory: 1GiB,", "{diskInodes: 5000, memory: 1GiB,"},
 	"input dest":     {"0a99}", "0a99, dest: x}"},
 	"trailing space": {"run: echo prep", `run: "echo prep "`},
 }
@@ -263,5 +264,30 @@ func TestCanonicalIORates(t *testing.T) {
 	c, _ = mustParse(t, fmt.Sprintf(src, ", resources: {ioRead: 1GiB/s, ioWrite: 50MB/s}")).Canonical()
 	if !strings.Contains(string(c), `"bandwidth":0,"ioReadBps":1073741824,"ioWriteBps":50000000}`) {
 		t.Errorf("canonical form with IO rates: %s", c)
+	}
+}
+
+// TestCanonicalDiskInodes: the inode budget appears in the canonical form
+// only when set, so a workflow without it keeps its hash; defaults pass it
+// on like the other resources.
+func TestCanonicalDiskInodes(t *testing.T) {
+	const src = "apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: b\n%ssteps: [{name: s, run: x%s}, {name: t, run: y}]\n"
+	plain := mustParse(t, fmt.Sprintf(src, "", ""))
+	c, _ := plain.Canonical()
+	if strings.Contains(string(c), "diskInodes") {
+		t.Errorf("canonical form without diskInodes names it: %s", c)
+	}
+	w := mustParse(t, fmt.Sprintf(src, "defaults: {resources: {diskInodes: 200000}}\n", ", resources: {diskInodes: 4096}"))
+	c, _ = w.Canonical()
+	if !strings.Contains(string(c), `"bandwidth":0,"diskInodes":4096}`) {
+		t.Errorf("canonical form with diskInodes: %s", c)
+	}
+	s, _ := w.StepByName("s")
+	u, _ := w.StepByName("t")
+	if s.Resources.DiskInodes != 4096 || u.Resources.DiskInodes != 200000 {
+		t.Errorf("diskInodes: step s %d (want 4096), step t %d (want the default 200000)", s.Resources.DiskInodes, u.Resources.DiskInodes)
+	}
+	if w.Hash() == plain.Hash() {
+		t.Error("diskInodes does not change the hash")
 	}
 }

@@ -23,6 +23,7 @@ func build(s *stepSpec, d *settings) Step {
 			Bandwidth:  s.bandwidth.or(d.bandwidth.or(DefaultBandwidth)),
 			IOReadBps:  s.ioRead.or(d.ioRead.or(DefaultIORate)),
 			IOWriteBps: s.ioWrite.or(d.ioWrite.or(DefaultIORate)),
+			DiskInodes: s.diskInodes.or(d.diskInodes.or(0)),
 		},
 		Isolation:  firstNonEmpty(s.isolation, d.isolation, DefaultIsolation),
 		Hypervisor: firstNonEmpty(s.hypervisor, d.hypervisor, DefaultHypervisor),

@@ -38,6 +38,10 @@ const (
 	MaxPIDs        = 4194304 // the kernel's pid_max ceiling
 	minSize        = 1 << 20 // memory and disk are at least 1MiB
 	minIORate      = 1 << 10 // ioRead and ioWrite are at least 1KiB/s
+	// MinDiskInodes and MaxDiskInodes bound diskInodes (ext4's inode
+	// counts are 32-bit).
+	MinDiskInodes = 1024
+	MaxDiskInodes = 1<<32 - 1
 )
 
 // The keys each mapping accepts, in the order docs/workflow.md lists them.
@@ -47,7 +51,7 @@ var (
 	defaultsKeys  = []string{"resources", "network", "isolation", "hypervisor", "env"}
 	inputKeys     = []string{"source", "sha256", "commit", "dest"}
 	stepKeys      = []string{"name", "run", "packages", "env", "needs", "inputs", "outputs", "resources", "network", "isolation", "hypervisor"}
-	resourcesKeys = []string{"vcpu", "memory", "pids", "disk", "timeout", "bandwidth", "ioRead", "ioWrite"}
+	resourcesKeys = []string{"vcpu", "memory", "pids", "disk", "diskInodes", "timeout", "bandwidth", "ioRead", "ioWrite"}
 	networkKeys   = []string{"allow"}
 	isolations    = []string{string(IsolationAuto), string(IsolationVM), string(IsolationNamespace)}
 	hypervisors   = []string{string(HypervisorQEMU), string(HypervisorCloudHypervisor), string(HypervisorFirecracker)}
@@ -162,7 +166,7 @@ func (p *parser) yamlError(err error) {
 // given from one left out.
 type settings struct {
 	vcpu, memory, pids, disk, timeout, bandwidth optInt
-	ioRead, ioWrite                              optInt
+	ioRead, ioWrite, diskInodes                  optInt
 	netSet                                       bool
 	allow                                        []string
 	isolation                                    Isolation
@@ -622,6 +626,11 @@ func (p *parser) resources(n *yaml.Node, what string, s *settings) {
 	if e, ok := f["pids"]; ok {
 		if v, ok := p.integer(e.v, what+" pids", 1, MaxPIDs); ok {
 			s.pids = optInt{v, true}
+		}
+	}
+	if e, ok := f["diskInodes"]; ok {
+		if v, ok := p.integer(e.v, what+" diskInodes", MinDiskInodes, MaxDiskInodes); ok {
+			s.diskInodes = optInt{v, true}
 		}
 	}
 	quantity := func(key string, parse func(string) (int64, error), min int64, minText, none string) optInt {

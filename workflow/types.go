@@ -88,19 +88,23 @@ type Step struct {
 // Resources are a step's hard quotas. Sizes are bytes, network rates bits
 // per second, disk IO rates bytes per second, durations milliseconds, so the
 // canonical form has one spelling. The IO rates are left out of the
-// canonical form when unlimited, so workflows that set none keep the hashes
-// they had before the fields existed.
+// canonical form when unlimited, and the inode budget when derived from the
+// disk, so workflows that set none keep the hashes they had before the
+// fields existed.
 type Resources struct {
 	VCPU      int   `json:"vcpu"`
 	Memory    int64 `json:"memory"`    // bytes
 	PIDs      int   `json:"pids"`      // processes and threads
-	Disk      int64 `json:"disk"`      // bytes of scratch space (/tmp)
+	Disk      int64 `json:"disk"`      // bytes of the workspace, and of scratch space (/tmp)
 	TimeoutMS int64 `json:"timeoutMs"` // 0: no timeout declared
 	Bandwidth int64 `json:"bandwidth"` // bits per second; 0: unlimited
 	// IOReadBps and IOWriteBps throttle reads from and writes to the block
 	// device holding the step's workspace, in bytes per second; 0: unlimited.
 	IOReadBps  int64 `json:"ioReadBps,omitempty"`
 	IOWriteBps int64 `json:"ioWriteBps,omitempty"`
+	// DiskInodes is the workspace's inode budget (files, directories,
+	// symlinks); 0: derived from Disk (one per 16 KiB, at least 1024).
+	DiskInodes int64 `json:"diskInodes,omitempty"`
 }
 
 // Network is a step's egress. An empty Allow means loopback only.

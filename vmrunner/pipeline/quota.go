@@ -70,7 +70,7 @@ func (qs *quotas) mount(ctx context.Context, step workflow.Step, ws string) erro
 	st := vmrunner.NewState(qs.runID, stateName(step.Name))
 	image := filepath.Join(filepath.Dir(abs), ImageFile)
 	q, err := wsquota.Mount(ctx, wsquota.Spec{
-		Image: image, Dir: abs, Bytes: step.Resources.Disk,
+		Image: image, Dir: abs, Bytes: step.Resources.Disk, Inodes: step.Resources.DiskInodes,
 		UID: guest.DefaultUID, GID: guest.DefaultGID, Templates: qs.templates,
 		Before: func(loop string) error {
 			st.Mounts = []string{abs}
@@ -80,7 +80,11 @@ func (qs *quotas) mount(ctx context.Context, step workflow.Step, ws string) erro
 	})
 	if err != nil {
 		rerr := vmrunner.RemoveState(stateDir, st)
-		return errors.Join(fmt.Errorf("step %q: disk %s: %w", step.Name, workflow.FormatSize(step.Resources.Disk), err), rerr)
+		what := "disk " + workflow.FormatSize(step.Resources.Disk)
+		if step.Resources.DiskInodes > 0 {
+			what += fmt.Sprintf(", diskInodes %d", step.Resources.DiskInodes)
+		}
+		return errors.Join(fmt.Errorf("step %q: %s: %w", step.Name, what, err), rerr)
 	}
 	qs.mu.Lock()
 	qs.mounted = append(qs.mounted, quota{q: q, state: st})

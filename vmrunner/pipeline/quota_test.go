@@ -79,6 +79,11 @@ steps:
       while [ $i -lt 100000 ]; do printf '' > f$i || { echo "stopped at $i files"; exit 3; }; i=$((i+1)); done
       echo "made $i files"
     resources: {disk: 16MiB, timeout: 120s}
+  - name: budget
+    run: |
+      i=0
+      while [ $i -lt 100000 ]; do printf '' > f$i || { echo "stopped at $i files"; exit 3; }; i=$((i+1)); done
+    resources: {disk: 16MiB, diskInodes: 3000, timeout: 120s}
   - name: fits
     run: dd if=/dev/zero of=ok bs=1M count=8 2>/dev/null && echo fits
     outputs: [ok]
@@ -120,6 +125,12 @@ func TestRootQuotaInPipeline(t *testing.T) {
 	}
 	if status["files"] != string(record.StatusFailed) || !strings.Contains(logs["files"], "stopped at") {
 		t.Errorf("files: %s, want stopped at the inode budget", status["files"])
+	}
+	var budget int
+	if i := strings.Index(logs["budget"], "stopped at"); i < 0 {
+		t.Errorf("budget: %s, want stopped at its diskInodes", status["budget"])
+	} else if _, err := fmt.Sscanf(logs["budget"][i:], "stopped at %d files", &budget); err != nil || budget < 2900 || budget > 3100 {
+		t.Errorf("budget: stopped at %d files (%v), want about its diskInodes 3000", budget, err)
 	}
 	if status["fits"] != string(record.StatusSucceeded) {
 		t.Errorf("fits: %s, want succeeded", status["fits"])

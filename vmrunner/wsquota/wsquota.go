@@ -104,6 +104,16 @@ func (s Spec) inodes() int64 {
 	return DefaultInodes(s.Bytes)
 }
 
+// check refuses an inode budget whose inode tables would take more than
+// half of the filesystem (mkfs.ext4 would fail, or leave little room).
+func (s Spec) check() error {
+	if n := s.inodes(); n*InodeSize > s.Bytes/2 {
+		return fmt.Errorf("%d inodes take %d bytes of inode tables, more than half of the %d-byte filesystem: lower the inode budget (diskInodes) to at most %d or raise its size (disk)",
+			n, n*InodeSize, s.Bytes, s.Bytes/2/InodeSize)
+	}
+	return nil
+}
+
 // MkfsArgs is the command line that makes the filesystem in s.Image:
 // quiet, no journal (a scratch filesystem that dies with the run), no
 // reserved blocks and no room for online growth (the job gets all of
@@ -149,6 +159,9 @@ type Quota struct {
 func Mount(ctx context.Context, s Spec) (q *Quota, err error) {
 	if s.Bytes <= 0 {
 		return nil, fmt.Errorf("workspace quota for %s: size %d, want a positive number of bytes", s.Dir, s.Bytes)
+	}
+	if err := s.check(); err != nil {
+		return nil, fmt.Errorf("workspace quota for %s: %w", s.Dir, err)
 	}
 	if s.Image, err = filepath.Abs(s.Image); err != nil {
 		return nil, err

@@ -43,6 +43,24 @@ func TestMkfsArgs(t *testing.T) {
 	}
 }
 
+func TestInodeBudgetFits(t *testing.T) {
+	for _, c := range []struct {
+		bytes, inodes int64
+		ok            bool
+	}{
+		{1 << 20, 0, true}, // the default at the smallest disk
+		{1 << 20, 2048, true},
+		{1 << 20, 2049, false},
+		{1 << 30, 1 << 21, true},
+		{16 << 20, 100000, false},
+	} {
+		err := Spec{Bytes: c.bytes, Inodes: c.inodes}.check()
+		if (err == nil) != c.ok {
+			t.Errorf("check(%d bytes, %d inodes) = %v, want ok %v", c.bytes, c.inodes, err, c.ok)
+		}
+	}
+}
+
 func TestDetachRefusesOtherDevices(t *testing.T) {
 	if err := Detach("/dev/sda", "/x.img"); err == nil {
 		t.Error("Detach(/dev/sda) = nil, want an error")
