@@ -21,6 +21,9 @@
 // The job never sees the image or the loop device, only files through the
 // kernel's ext4: the kernel never parses an image the job wrote raw.
 //
+// Templates make mkfs.ext4 run once per kind of workspace (size, inodes,
+// owner) and give each Mount a sparse copy, which halves a quota's cost.
+//
 // Every thing Mount creates is announced first through Spec.Before, so a
 // caller can list it in a state file for gc; the loop device is attached
 // with LO_FLAGS_AUTOCLEAR, so it goes by itself once the filesystem is
