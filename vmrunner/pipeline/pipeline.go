@@ -123,6 +123,9 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 	}
 	if o.Decision != nil {
 		rec.Policy = policyRecord(o.Decision)
+		if err := checkSeccompAllow(o.Decision); err != nil {
+			return nil, err
+		}
 	}
 
 	runErr := r.prepare(ctx, rec)
@@ -315,11 +318,18 @@ func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepRes
 		RunID: r.runID, Step: step, Job: job,
 		Workspace: dirs.Workspace, ControlDir: dirs.Control,
 		ClosurePaths: storePaths(real.Closure), EnvPath: real.EnvPath, Runner: real.Runner,
-		Console: console,
+		Console: console, SeccompAllow: r.o.Decision.SeccompAllowFor(step.Name),
 	})
 	console.Flush()
 	if err != nil {
 		return res, err
+	}
+	if res.Seccomp != "" {
+		d, err := record.ParseDigest(res.Seccomp)
+		if err != nil {
+			return res, fmt.Errorf("seccomp filter digest: %w", err)
+		}
+		sr.Seccomp = &d
 	}
 	if err := r.collect(step, dirs, &res, sr); err != nil {
 		return res, err
