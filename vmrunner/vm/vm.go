@@ -47,6 +47,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
@@ -531,13 +532,14 @@ func prepareDirs(spec vmrunner.StepSpec, hvUID int) error {
 		}
 	}
 	uid, gid := hvUID, spec.Job.GID
-	err := filepath.WalkDir(spec.Workspace, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, uid, gid)
-	})
+	// Through jobfs: the workspace itself must be a directory, and no
+	// symlink beneath it is followed.
+	ws, err := jobfs.Open(spec.Workspace)
 	if err != nil {
+		return fmt.Errorf("give the workspace to uid %d: %w", uid, err)
+	}
+	defer ws.Close()
+	if err := ws.LchownAll(".", uid, gid); err != nil {
 		return fmt.Errorf("give the workspace to uid %d: %w", uid, err)
 	}
 	return nil
