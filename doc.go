@@ -17,12 +17,17 @@
 // The privileged edge:
 //   - vmrunner: the scheduler and the Backend contract; vmrunner/nixbuild
 //     (nix build, closures), vmrunner/jail (the re-exec'd sandbox init),
-//     vmrunner/cgroup (quotas), vmrunner/namespace and vmrunner/vm (the
-//     backends), vmrunner/runnertest (their conformance suite),
-//     vmrunner/pipeline (one apply, end to end).
+//     vmrunner/seccomp (the default syscall filter, from Docker's profile),
+//     vmrunner/cgroup (quotas), vmrunner/wsquota (each workspace's own
+//     size-limited filesystem), vmrunner/sandbox (a step's host lifecycle),
+//     vmrunner/namespace and vmrunner/vm (the backends; vm also probes
+//     KVM), vmrunner/runnertest (their conformance suite), vmrunner/fake
+//     (a backend for tests), vmrunner/pipeline (one apply, end to end).
 //   - netns: network namespaces, veth/tap, tc.
 //   - inputs: fetching and checksumming workflow inputs.
 //   - guest (agent): the guest agent, also PID 1 of the namespace jail.
+//   - internal/jobfs: the one way the host reads what a job controls
+//     (beneath a root, never through a symlink, bounded).
 //
 // Commands: cmd/agentsandbox (the CLI, one file per command) and
 // cmd/agentsandbox-guest (the static guest agent). Hand-written NixOS

@@ -21,9 +21,9 @@ func newGCCmd(stdio Stdio) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "gc",
 		Short: "Remove what applies killed with SIGKILL left behind",
-		Long: `gc removes the cgroups, network namespaces, jail directories and run
-directories of applies that are no longer running (killed with SIGKILL, or a
-crash). Each apply lists what it creates in a state file before creating it;
+		Long: `gc removes the cgroups, network namespaces, jail directories, workspace
+mounts and their loop devices, and run directories of applies that are no
+longer running (killed with SIGKILL, or a crash). Each apply lists what it creates in a state file before creating it;
 runs still alive are left alone. Directories are never removed through a
 mount. Run directories (workspaces, logs) live in the state directory: pass
 the same --state-dir the applies used.` + exitStatusHelp,
