@@ -110,7 +110,7 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 	}
 
 	r := &run{o: o, w: w, emit: emit, runID: runID, runDir: runDir, steps: steps, quotas: quotas,
-		workspaces: map[string]string{}, realised: map[string]Realised{}, inputDirs: map[string]string{}}
+		realised: map[string]Realised{}, inputDirs: map[string]string{}}
 	rec := &record.Record{
 		Version:     record.Version,
 		ToolVersion: o.ToolVersion,
@@ -172,13 +172,12 @@ type run struct {
 	runDir string
 	steps  []workflow.Step // isolation resolved
 
-	mu         sync.Mutex
-	workspaces map[string]string // finished step → its workspace
-	realised   map[string]Realised
-	inputDirs  map[string]string // input name → host path of its content
-	inputs     map[string]record.Input
-	records    map[string]*record.Step
-	quotas     *quotas // the workspaces' filesystems (quota.go)
+	mu        sync.Mutex
+	realised  map[string]Realised
+	inputDirs map[string]string // input name → host path of its content
+	inputs    map[string]record.Input
+	records   map[string]*record.Step
+	quotas    *quotas // the workspaces' filesystems (quota.go)
 }
 
 // pinWorkflow stores the workflow file's bytes and fills rec.Workflow.
@@ -334,8 +333,12 @@ func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepRes
 	if err := r.collect(step, dirs, &res, sr); err != nil {
 		return res, err
 	}
+	// Its outputs are in the store now: the workspace's filesystem can go.
+	// A failure here is the host's, and the run's end tries again.
+	if err := r.quotas.releaseStep(step.Name); err != nil {
+		r.emit(Event{Time: time.Now(), Kind: EventWarning, Step: step.Name, Line: err.Error()})
+	}
 	r.mu.Lock()
-	r.workspaces[step.Name] = dirs.Workspace
 	if r.records == nil {
 		r.records = map[string]*record.Step{}
 	}

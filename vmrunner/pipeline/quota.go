@@ -20,8 +20,10 @@ const ImageFile = "workspace.img"
 
 // quotas are the workspace filesystems (vmrunner/wsquota) of one run. Each
 // step's workspace gets one of resources.disk bytes before anything is
-// placed into it, so inputs and needed outputs count too; they stay
-// mounted until the run ends, since later steps copy outputs out of them.
+// placed into it, so inputs and needed outputs count too. Once the step's
+// outputs are stored (later steps get them from the store, never from this
+// workspace) its filesystem is released; what could not be released then
+// goes at the end of the run.
 type quotas struct {
 	stateDir  string // for the state files gc reads; vmrunner.DefaultStateDir when empty
 	runID     string
@@ -116,6 +118,29 @@ func (qs *quotas) release() error {
 	}
 	qs.mounted = left
 	return errors.Join(errs...)
+}
+
+// releaseStep unmounts step's workspace once its outputs are stored, so a
+// long run holds one loop device and image per running step, not per step
+// run so far. A workspace that cannot be unmounted now stays for release.
+func (qs *quotas) releaseStep(step string) error {
+	stateDir := qs.stateDir
+	if stateDir == "" {
+		stateDir = vmrunner.DefaultStateDir
+	}
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	for i, m := range qs.mounted {
+		if m.state.Step != stateName(step) {
+			continue
+		}
+		if err := m.q.Unmount(); err != nil {
+			return fmt.Errorf("release the workspace of step %q: %w", step, err)
+		}
+		qs.mounted = append(qs.mounted[:i], qs.mounted[i+1:]...)
+		return vmrunner.RemoveState(stateDir, m.state)
+	}
+	return nil
 }
 
 // removeRunDir releases the run's quotas and removes runDir, unless a
