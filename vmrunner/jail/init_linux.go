@@ -199,7 +199,7 @@ func setRlimits(r Rlimits) error {
 // the program): every descriptor but passFD (-1: none) close-on-exec, then
 // the seccomp filter, on every thread. p is nil only when the jail was
 // started with NoSeccomp.
-func lastSteps(p *seccomp.Profile, passFD int) error {
+func lastSteps(p seccomp.Program, passFD int) error {
 	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fmt.Errorf("mark descriptors close-on-exec: %w", err)
 	}
@@ -211,10 +211,7 @@ func lastSteps(p *seccomp.Profile, passFD int) error {
 	if p == nil {
 		return nil
 	}
-	if err := p.Install(); err != nil {
-		return err
-	}
-	return nil
+	return p.Load()
 }
 
 // stage2 is the re-executed init of a cgo binary.

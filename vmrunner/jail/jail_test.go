@@ -170,7 +170,7 @@ func TestPlanErrors(t *testing.T) {
 
 // jailFixture makes a netns, a workspace, a control dir with job.json and a
 // root dir, and removes them at the end.
-func jailFixture(t *testing.T, script string) (Config, *bytes.Buffer) {
+func jailFixture(t testing.TB, script string) (Config, *bytes.Buffer) {
 	t.Helper()
 	testtier.Root(t)
 	name := netns.Name(fmt.Sprintf("jt%d", time.Now().UnixNano()%1e6), t.Name())

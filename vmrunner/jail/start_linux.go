@@ -38,8 +38,8 @@ type childConfig struct {
 	Plan     []Mount   `json:"plan"`
 	Exec     *ExecSpec `json:"exec,omitempty"`
 	Rlimits  Rlimits   `json:"rlimits"`
-	// Seccomp is the filter's rules; nil only with Config.NoSeccomp.
-	Seccomp *seccomp.Profile `json:"seccomp,omitempty"`
+	// Seccomp is the compiled filter; nil only with Config.NoSeccomp.
+	Seccomp seccomp.Program `json:"seccomp,omitempty"`
 }
 
 // message is what the init reports back, one JSON object per message.
@@ -91,7 +91,7 @@ func Start(cfg Config) (*Process, error) {
 	}
 	cc := childConfig{RootDir: cfg.RootDir, Hostname: cfg.Hostname, Plan: plan, Exec: cfg.Exec, Rlimits: cfg.Rlimits.withDefaults()}
 	if !cfg.NoSeccomp {
-		if cc.Seccomp, err = profile(cfg.Seccomp); err != nil {
+		if cc.Seccomp, err = program(cfg.Seccomp); err != nil {
 			return nil, fmt.Errorf("start jail: %w", err)
 		}
 	}
@@ -281,22 +281,37 @@ func (p *Process) Close() error {
 	return nil
 }
 
-// profile is p, or the default profile when p is nil, checked to compile.
-func profile(p *seccomp.Profile) (*seccomp.Profile, error) {
+// program is p compiled, or the default profile when p is nil. Programs
+// are kept by the profile's digest: most steps run the same filter.
+func program(p *seccomp.Profile) (seccomp.Program, error) {
 	if p == nil {
-		d, err := defaultProfile()
+		d, err := seccomp.Default()
 		if err != nil {
 			return nil, err
 		}
 		p = d
 	}
-	if _, err := p.Filter(); err != nil {
+	key := p.Digest()
+	programs.Lock()
+	defer programs.Unlock()
+	if prog, ok := programs.m[key]; ok {
+		return prog, nil
+	}
+	prog, err := p.Program()
+	if err != nil {
 		return nil, err
 	}
-	return p, nil
+	if programs.m == nil || len(programs.m) > 64 {
+		programs.m = map[[32]byte]seccomp.Program{}
+	}
+	programs.m[key] = prog
+	return prog, nil
 }
 
-var defaultProfile = sync.OnceValues(seccomp.Default)
+var programs struct {
+	sync.Mutex
+	m map[[32]byte]seccomp.Program
+}
 
 // closeInheritedOnExec marks every descriptor from 3 up close-on-exec in
 // this process. Go opens all of its own descriptors so; what is left are
