@@ -21,11 +21,11 @@ type Program []unix.SockFilter
 
 // Program compiles p.
 func (p *Profile) Program() (Program, error) {
-	f, err := p.Filter()
+	pol, err := p.Policy()
 	if err != nil {
 		return nil, err
 	}
-	insts, err := f.Policy.Assemble()
+	insts, err := pol.Assemble()
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: assemble filter: %w", err)
 	}
