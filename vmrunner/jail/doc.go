@@ -2,9 +2,13 @@
 // re-executes itself as the jail's init, the way runc does.
 //
 // The parent (Start) starts /proc/self/exe with the hidden argument InitArg
-// in new mount, pid, ipc and uts namespaces. The child holds still until the
-// parent has put it in the step's cgroup and sent the configuration as JSON
-// over a pipe (Release); only then does it build anything. It then
+// in new mount, pid, ipc and uts namespaces and a session of its own (no
+// controlling terminal), passing only three descriptors: it first marks any
+// descriptor it inherited itself close-on-exec, since os/exec would pass it
+// on. The child holds still until the parent has put it in the step's
+// cgroup and sent the configuration as JSON over a pipe (Release); only
+// then does it build anything. It closes every other descriptor that came
+// through exec, then
 //
 //  1. joins the step's named network namespace with setns(2) (the netns
 //     descriptor arrives in ExtraFiles, so the parent's threads never change
@@ -16,9 +20,15 @@
 //     guest.ControlMount (root only), a sized /tmp, a minimal /dev, a fresh
 //     /proc with runc's masked and read-only paths, and no /sys,
 //  4. pivots into that root and detaches the old one, sets the hostname,
-//  5. drops every capability but CAP_SETUID, CAP_SETGID and CAP_KILL from the
+//  5. joins a new session keyring of its own (not the caller's),
+//  6. drops every capability but CAP_SETUID, CAP_SETGID and CAP_KILL from the
 //     bounding, permitted, effective, inheritable and ambient sets, and sets
-//     no_new_privs.
+//     no_new_privs,
+//  7. sets its rlimits (Rlimits: descriptors, no core files, the largest
+//     file), which the job inherits,
+//  8. marks every descriptor close-on-exec and, last, loads the seccomp
+//     filter (Config.Seccomp, by default vmrunner/seccomp's Default, which
+//     the parent compiled) on every thread with TSYNC.
 //
 // Namespaces joined with setns, capabilities and no_new_privs belong to a
 // thread, not a process, and a Go program has several threads. In a binary
