@@ -29,6 +29,7 @@ package seccomp
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -316,6 +317,10 @@ func (p *Profile) checkRefused(granted []string) error {
 	return nil
 }
 
+// ErrNotRelaxable is what Relax returns (wrapped) for a call outside
+// Relaxable: a mistake in policy data, not in the host.
+var ErrNotRelaxable = errors.New("cannot be allowed for a step")
+
 // Relax returns a copy of p that also allows names, each of which must be
 // one of Relaxable. No names returns p itself.
 func (p *Profile) Relax(names []string) (*Profile, error) {
@@ -326,7 +331,7 @@ func (p *Profile) Relax(names []string) (*Profile, error) {
 	add := map[string]bool{}
 	for _, n := range names {
 		if !slices.Contains(Relaxable, n) {
-			return nil, fmt.Errorf("seccomp: %q cannot be allowed for a step; relaxable calls are %s", n, strings.Join(Relaxable, ", "))
+			return nil, fmt.Errorf("seccomp: %q %w; relaxable calls are %s", n, ErrNotRelaxable, strings.Join(Relaxable, ", "))
 		}
 		add[n] = true
 	}
