@@ -20,6 +20,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/vmrunner/namespace"
 	"github.com/agentsandbox/agentsandbox/vmrunner/nixbuild"
 	"github.com/agentsandbox/agentsandbox/vmrunner/pipeline"
+	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"github.com/agentsandbox/agentsandbox/vmrunner/vm"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -199,6 +200,8 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 func applyExit(err error) error {
 	var build *pipeline.BuildError
 	switch {
+	case errors.Is(err, seccomp.ErrNotRelaxable):
+		return withExit(ExitInvalid, err) // the policy data asks for it
 	case errors.Is(err, nixbuild.ErrBuildUsers):
 		return withExit(ExitInfra, err) // the host's Nix setup, not the workflow
 	case errors.As(err, &build):

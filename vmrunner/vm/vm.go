@@ -54,6 +54,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
 	"github.com/agentsandbox/agentsandbox/vmrunner/nixbuild"
 	"github.com/agentsandbox/agentsandbox/vmrunner/sandbox"
+	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -421,6 +422,15 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	}
 	cfg := JailConfig(spec, ri, accel, workDir, rootDir, closure)
 	cfg.Console = &crlfWriter{w: io.MultiWriter(outs...)}
+	// The hypervisor runs under the default filter; a step's allowances
+	// are for jobs in a namespace jail and do not reach it (the guest's
+	// kernel is the job's boundary here).
+	filter, err := seccomp.Default()
+	if err != nil {
+		return res, err
+	}
+	cfg.Seccomp = filter
+	res.Seccomp = filter.DigestString()
 	if err := sb.Start(ctx, cfg); err != nil {
 		if ctx.Err() != nil {
 			return res, err

@@ -23,6 +23,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
 	"github.com/agentsandbox/agentsandbox/vmrunner/nixbuild"
 	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
+	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"github.com/agentsandbox/agentsandbox/vmrunner/vm/vmfixture"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -170,6 +171,9 @@ func TestHelloRecordsAccelAndConsole(t *testing.T) {
 	con, err := os.ReadFile(filepath.Join(s.ControlDir, ConsoleLog))
 	if err != nil || !strings.Contains(string(con), guest.ConsoleStartLine) || !strings.Contains(string(con), "from-the-guest") {
 		t.Errorf("console.log = %q, %v; want the start marker and the job's output", con, err)
+	}
+	if def, err := seccomp.Default(); err != nil || res.Seccomp != def.DigestString() {
+		t.Errorf("result seccomp %q, want the default filter's digest the hypervisor ran under (%v)", res.Seccomp, err)
 	}
 	if res.Usage.CPUTime <= 0 || res.Usage.PeakMemoryBytes <= 0 {
 		t.Errorf("usage %+v, want the hypervisor's CPU time and memory", res.Usage)
@@ -341,7 +345,7 @@ func TestHypervisorJailed(t *testing.T) {
 		fmt.Sprintf("Uid:\t%d\t%d\t%d\t%d\n", s.Job.UID, s.Job.UID, s.Job.UID, s.Job.UID),
 		fmt.Sprintf("Gid:\t%d\t%d\t%d\t%d\n", HypervisorGID, HypervisorGID, HypervisorGID, HypervisorGID),
 		"CapInh:\t0000000000000000\n", "CapPrm:\t0000000000000000\n", "CapEff:\t0000000000000000\n",
-		"CapAmb:\t0000000000000000\n", "NoNewPrivs:\t1\n",
+		"CapAmb:\t0000000000000000\n", "NoNewPrivs:\t1\n", "Seccomp:\t2\n",
 	}
 	for _, w := range want {
 		if !strings.Contains(string(status), w) {
