@@ -22,7 +22,7 @@
       forAllSystems = f: lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
 
       version = "0.1.0-${self.shortRev or "dirty"}";
-      vendorHash = "sha256-9MRi81phAmR2ooerDAO9CyQqm1WGj5tL3RBm8BBI4TU=";
+      vendorHash = "sha256-KoFylS8X16OuYfiISo3k60GHbpbG83j01xMFXKTFBYI=";
       src = lib.cleanSource ./.;
 
       goPackage = pkgs: { pname, subPackage, description }:
