@@ -348,3 +348,43 @@ func TestConsoleWatch(t *testing.T) {
 		t.Errorf("tail is %d bytes, want %d", n, ConsoleTailBytes)
 	}
 }
+
+type closeBuffer struct {
+	bytes.Buffer
+	closed bool
+}
+
+func (c *closeBuffer) Close() error { c.closed = true; return nil }
+
+// TestHeadTail: the console log keeps the first and the last bytes of a
+// flood, says how much it cut, and keeps everything when there is room.
+func TestHeadTail(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		chunks []string
+		want   string
+	}{
+		{"fits", []string{"abc", "de"}, "abcde"},
+		{"head and a short tail", []string{"abcd", "ef"}, "abcdef"},
+		{"cut", []string{"ab", "cdefgh", "ij", "klm"}, "abcd\n[agentsandbox: 5 bytes of console output cut here]\njklm"},
+		{"one huge write", []string{"abcdefghijklmnopqrstuvwxyz"}, "abcd\n[agentsandbox: 18 bytes of console output cut here]\nwxyz"},
+		{"ring wraps exactly", []string{"abcd", "efgh", "ijkl"}, "abcd\n[agentsandbox: 4 bytes of console output cut here]\nijkl"},
+	} {
+		var out closeBuffer
+		h := newHeadTail(&out, 4, 4)
+		for _, c := range tc.chunks {
+			if n, err := h.Write([]byte(c)); n != len(c) || err != nil {
+				t.Fatalf("%s: Write = %d, %v", tc.name, n, err)
+			}
+		}
+		if err := h.Close(); err != nil || !out.closed {
+			t.Fatalf("%s: Close = %v, closed %v", tc.name, err, out.closed)
+		}
+		if out.String() != tc.want {
+			t.Errorf("%s: log %q, want %q", tc.name, out.String(), tc.want)
+		}
+	}
+	if got := HypervisorRlimits(workflow.Resources{Disk: 1 << 30, Memory: 512 << 20}).FSize; got != 1<<30+uint64(hypervisorMemory(workflow.Resources{Memory: 512 << 20})) {
+		t.Errorf("hypervisor fsize = %d", got)
+	}
+}

@@ -414,14 +414,20 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	if err != nil {
 		return res, fmt.Errorf("create console log: %w", err)
 	}
-	defer logf.Close()
+	clog := newHeadTail(logf, ConsoleLogHead, ConsoleLogTail)
+	defer func() {
+		if cerr := clog.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("write console log: %w", cerr)
+		}
+	}()
 	con := newConsoleWatch()
-	outs := []io.Writer{logf, con}
+	outs := []io.Writer{clog, con}
 	if spec.Console != nil {
 		outs = append(outs, spec.Console)
 	}
 	cfg := JailConfig(spec, ri, accel, workDir, rootDir, closure)
 	cfg.Console = &crlfWriter{w: io.MultiWriter(outs...)}
+	cfg.Rlimits = HypervisorRlimits(spec.Step.Resources)
 	// The hypervisor runs under the default filter; a step's allowances
 	// are for jobs in a namespace jail and do not reach it (the guest's
 	// kernel is the job's boundary here).
@@ -438,6 +444,95 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 		return res, fmt.Errorf("start runner %s: %w", cfg.Exec.Argv[0], err)
 	}
 	return b.wait(ctx, r, ri, spec, con, res)
+}
+
+// HypervisorRlimits bound the hypervisor in its jail. Every file it writes
+// for the guest (the agent's logs and result in the control share, the
+// job's files in the workspace) is the guest's doing, so no one file may
+// grow past the step's disk; qemu's memfd guest memory (microvm.nix backs
+// 9p shares with it) is a file too, hence the guest memory on top.
+func HypervisorRlimits(r workflow.Resources) jail.Rlimits {
+	disk := r.Disk
+	if disk <= 0 {
+		disk = workflow.DefaultDisk
+	}
+	return jail.Rlimits{FSize: uint64(disk + hypervisorMemory(r))}
+}
+
+// ConsoleLogHead and ConsoleLogTail are how much of a guest's console the
+// host writes to console.log: the first and the last bytes, with a line
+// saying how much was cut between them. A guest can print without end; the
+// host's disk must not take it all.
+const (
+	ConsoleLogHead = 8 << 20
+	ConsoleLogTail = 8 << 20
+)
+
+// headTail writes the first head bytes to w as they come and keeps the
+// last tail bytes after them in a ring, for Close to write after a line
+// that counts what was cut.
+type headTail struct {
+	mu      sync.Mutex
+	w       io.WriteCloser
+	head    int64
+	written int64
+	ring    []byte // len tail once used
+	tail    int
+	pos     int   // next write position in ring
+	seen    int64 // bytes past the head
+	err     error
+}
+
+func newHeadTail(w io.WriteCloser, head, tail int64) *headTail {
+	return &headTail{w: w, head: head, tail: int(tail)}
+}
+
+func (h *headTail) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := len(p)
+	if room := h.head - h.written; room > 0 {
+		k := min(int64(len(p)), room)
+		if _, err := h.w.Write(p[:k]); err != nil && h.err == nil {
+			h.err = err
+		}
+		h.written += k
+		p = p[k:]
+	}
+	if len(p) == 0 || h.tail == 0 {
+		h.seen += int64(len(p))
+		return n, nil
+	}
+	if h.ring == nil {
+		h.ring = make([]byte, h.tail)
+	}
+	h.seen += int64(len(p))
+	if len(p) > h.tail {
+		p = p[len(p)-h.tail:]
+	}
+	k := copy(h.ring[h.pos:], p)
+	copy(h.ring, p[k:])
+	h.pos = (h.pos + len(p)) % h.tail
+	return n, nil // the console must never block on its copy
+}
+
+// Close writes the kept tail and closes w.
+func (h *headTail) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var kept []byte
+	switch {
+	case h.seen <= int64(h.tail):
+		kept = h.ring[:h.seen]
+	default:
+		kept = append(append([]byte(nil), h.ring[h.pos:]...), h.ring[:h.pos]...)
+		fmt.Fprintf(h.w, "\n[agentsandbox: %d bytes of console output cut here]\n", h.seen-int64(h.tail))
+	}
+	if _, err := h.w.Write(kept); err != nil && h.err == nil {
+		h.err = err
+	}
+	h.ring = nil
+	return errors.Join(h.err, h.w.Close())
 }
 
 // runnerClosure is what the jail binds of the Nix store: the spec's closure
