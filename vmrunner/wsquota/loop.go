@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -116,9 +117,25 @@ func Detach(dev, image string) error {
 	if err != nil {
 		return fmt.Errorf("detach %s: %w", dev, err)
 	}
-	defer f.Close()
-	if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
+	err = unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0)
+	f.Close() // our own reference must not hold the device
+	if err != nil && !errors.Is(err, unix.ENXIO) {
 		return fmt.Errorf("detach %s from %s: %w", image, dev, err)
 	}
-	return nil
+	// The kernel lets go of the image when the device's last user does:
+	// right after an unmount that can still be a moment away (the
+	// filesystem's final release, the autoclear of a device just closed).
+	// Wait for it, so that what Unmount and gc report gone is gone.
+	for deadline := time.Now().Add(detachWait); ; time.Sleep(10 * time.Millisecond) {
+		back, err := BackingFile(dev)
+		if err != nil || back != image {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("detach %s from %s: still in use after %v", image, dev, detachWait)
+		}
+	}
 }
+
+// detachWait bounds how long Detach waits for the kernel to let go.
+const detachWait = 5 * time.Second
