@@ -12,22 +12,30 @@
 //     decision record.
 //   - nixgen, templates: a workflow → NixOS modules and a microvm.nix flake.
 //   - record: content-addressed execution records and the blob store.
-//   - guest (protocol.go): job.json / result.json between host and agent.
+//   - guest: the job.json / result.json protocol between host and agent.
+//
+// The application layer:
+//   - engine: one run end to end (resolve isolation, admit, realise, fetch
+//     inputs, schedule, collect, record); the CLI is a thin caller.
+//   - nixbuild: realisation beside generation (nix build, closures, locks).
 //
 // The privileged edge:
-//   - vmrunner: the scheduler and the Backend contract; vmrunner/nixbuild
-//     (nix build, closures), vmrunner/jail (the re-exec'd sandbox init),
-//     vmrunner/seccomp (the default syscall filter, from Docker's profile),
-//     vmrunner/cgroup (quotas), vmrunner/wsquota (each workspace's own
-//     size-limited filesystem), vmrunner/sandbox (a step's host lifecycle),
-//     vmrunner/namespace and vmrunner/vm (the backends; vm also probes
-//     KVM), vmrunner/runnertest (their conformance suite), vmrunner/fake
-//     (a backend for tests), vmrunner/pipeline (one apply, end to end).
+//   - vmrunner: the scheduler and the Backend contract; vmrunner/jail (the
+//     re-exec'd sandbox init), vmrunner/seccomp (the default syscall
+//     filter, from Docker's profile), vmrunner/cgroup (quotas),
+//     vmrunner/wsquota (each workspace's own size-limited filesystem),
+//     vmrunner/sandbox (a step's host lifecycle), vmrunner/namespace and
+//     vmrunner/vm (the backends; vm also probes KVM).
 //   - netns: network namespaces, veth/tap, tc.
 //   - inputs: fetching and checksumming workflow inputs.
-//   - guest (agent): the guest agent, also PID 1 of the namespace jail.
+//   - guest/agent: the guest agent, also PID 1 of the namespace jail.
 //   - internal/jobfs: the one way the host reads what a job controls
 //     (beneath a root, never through a symlink, bounded).
+//
+// Test support lives under internal/: runnertest (the conformance suite
+// every backend passes), fakebackend (a backend that runs nothing),
+// vmfixture (a real kernel, initramfs and microvm.nix-shaped runner),
+// testtier (the visible test tiers).
 //
 // Commands: cmd/agentsandbox (the CLI, one file per command) and
 // cmd/agentsandbox-guest (the static guest agent). Hand-written NixOS

@@ -1,5 +1,7 @@
-// Package guest is the contract between the host and the guest agent, and
-// the agent itself.
+// Package guest is the contract between the host and the guest agent: the
+// job and result documents, the control directory's file names, the share
+// tags and mount points, the console markers. It is pure (no syscalls); the
+// agent that speaks it is guest/agent.
 //
 // The host writes a Job as job.json into a control directory; the agent (in a
 // VM, or as PID 1 of a namespace jail) runs it, sends its output to the
@@ -15,6 +17,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -114,3 +118,46 @@ func (r Result) Succeeded() bool {
 
 // Duration is the job's wall time.
 func (r Result) Duration() time.Duration { return r.Finished.Sub(r.Started) }
+
+// KillGrace is how long the agent waits after SIGTERM to the job's process
+// group before it sends SIGKILL, on a timeout or a cancelled context.
+const KillGrace = 2 * time.Second
+
+// Validate checks a job before it runs.
+func (j Job) Validate() error {
+	if j.Version != ProtocolVersion {
+		return fmt.Errorf("protocol version %d, this agent speaks version %d: use an agent built from the same agentsandbox release as the host", j.Version, ProtocolVersion)
+	}
+	if len(j.Command) == 0 || j.Command[0] == "" {
+		return errors.New("command is empty")
+	}
+	for _, a := range j.Command {
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("command argument %q contains a NUL byte", a)
+		}
+	}
+	seen := make(map[string]bool, len(j.Env))
+	for _, kv := range j.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("env entry %q is not KEY=VALUE", kv)
+		}
+		if strings.IndexByte(kv, 0) >= 0 {
+			return fmt.Errorf("env entry %q contains a NUL byte", k)
+		}
+		if seen[k] {
+			return fmt.Errorf("env key %q appears twice", k)
+		}
+		seen[k] = true
+	}
+	if !filepath.IsAbs(j.Workdir) {
+		return fmt.Errorf("workdir %q is not an absolute path", j.Workdir)
+	}
+	if j.UID < 0 || j.GID < 0 {
+		return fmt.Errorf("uid %d / gid %d: must not be negative", j.UID, j.GID)
+	}
+	if j.TimeoutMS < 0 {
+		return fmt.Errorf("timeoutMs %d is negative", j.TimeoutMS)
+	}
+	return nil
+}

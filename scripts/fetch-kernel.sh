@@ -2,7 +2,7 @@
 # Fetches Debian's generic kernel for the VM test fixture, without installing
 # it: apt-get download + dpkg -x into the fixture cache
 # (${AGENTSANDBOX_VMFIXTURE_CACHE:-/var/cache/agentsandbox/vmfixture}/root),
-# where vmrunner/vm/vmfixture finds it. Idempotent; needs root.
+# where internal/vmfixture finds it. Idempotent; needs root.
 set -euo pipefail
 cache=${AGENTSANDBOX_VMFIXTURE_CACHE:-/var/cache/agentsandbox/vmfixture}
 if compgen -G "$cache/root/boot/vmlinuz-*" >/dev/null; then

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/guest/agent"
 )
 
 // Exit statuses when the agent is not PID 1.
@@ -55,7 +56,7 @@ func controlDirFromArgs(args []string) (string, error) {
 // runWithMarkers runs the job between the start and end marker lines.
 func runWithMarkers(ctx context.Context, controlDir string, console io.Writer) (guest.Result, error) {
 	fmt.Fprintln(console, guest.ConsoleStartLine)
-	res, err := guest.RunJob(ctx, controlDir, console)
+	res, err := agent.RunJob(ctx, controlDir, console)
 	if err != nil {
 		fmt.Fprintf(console, "%s %s; result not written: %v\n", guest.ConsoleEndLine, summary(res), err)
 		return res, err

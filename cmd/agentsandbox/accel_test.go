@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentsandbox/agentsandbox/vmrunner/pipeline"
+	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -19,13 +19,13 @@ func TestKVMWarning(t *testing.T) {
 		}
 		return w
 	}
-	nested := pipeline.Host{QEMU: true, Nix: true, KVMReason: "qemu -accel kvm with -cpu host,+x2apic,-sgx failed (exit status 134): failed to set MSR 0x10a to 0x69"}
-	noKVM := pipeline.Host{QEMU: true, Nix: true, KVMReason: "/dev/kvm does not exist"}
+	nested := engine.Host{QEMU: true, Nix: true, KVMReason: "qemu -accel kvm with -cpu host,+x2apic,-sgx failed (exit status 134): failed to set MSR 0x10a to 0x69"}
+	noKVM := engine.Host{QEMU: true, Nix: true, KVMReason: "/dev/kvm does not exist"}
 	for _, tc := range []struct {
 		name     string
 		w        *workflow.Workflow
 		override workflow.Isolation
-		h        pipeline.Host
+		h        engine.Host
 		accel    string
 		want     string
 	}{
@@ -35,7 +35,7 @@ func TestKVMWarning(t *testing.T) {
 		{"auto step, no /dev/kvm", wf(workflow.IsolationAuto), "", noKVM, "auto", ""},
 		{"namespace only", wf(workflow.IsolationNamespace), "", nested, "auto", ""},
 		{"forced tcg says nothing more", wf(workflow.IsolationVM), "", nested, "tcg", ""},
-		{"KVM works", wf(workflow.IsolationVM), "", pipeline.Host{QEMU: true, KVMUsable: true}, "auto", ""},
+		{"KVM works", wf(workflow.IsolationVM), "", engine.Host{QEMU: true, KVMUsable: true}, "auto", ""},
 	} {
 		got := kvmWarning(tc.w, tc.override, tc.h, tc.accel)
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {

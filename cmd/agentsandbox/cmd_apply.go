@@ -14,12 +14,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/inputs"
+	"github.com/agentsandbox/agentsandbox/nixbuild"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/namespace"
-	"github.com/agentsandbox/agentsandbox/vmrunner/nixbuild"
-	"github.com/agentsandbox/agentsandbox/vmrunner/pipeline"
 	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"github.com/agentsandbox/agentsandbox/vmrunner/vm"
 	"github.com/agentsandbox/agentsandbox/workflow"
@@ -121,18 +121,18 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 		parent = &id
 	}
 
-	host := pipeline.ProbeHost(ctx, kvmProbeFor(opts.Accel))
+	host := engine.ProbeHost(ctx, kvmProbeFor(opts.Accel))
 	decision, err := admit(ctx, opts.Policy, path, w, host.Policy(), stdio.Err)
 	if err != nil {
 		return err
 	}
 
 	var events progress
-	var realise pipeline.RealiseFunc
+	var realise engine.RealiseFunc
 	if host.Nix {
-		nr := &pipeline.NixRealiser{
+		nr := &engine.NixRealiser{
 			Workflow: w, WorkflowPath: path, FlakeDir: opts.Flake,
-			GenDir:  pipeline.GenDirFor(store.Dir(), w),
+			GenDir:  engine.GenDirFor(store.Dir(), w),
 			Offline: opts.Offline, UpdateLock: opts.UpdateLock,
 			KVM:    host.KVMUsable,
 			Stderr: stdio.Err,
@@ -160,7 +160,7 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 	}
 	events = newProgress(progressOut, opts.JSON, names)
 	warn := func(line string) {
-		events.Event(pipeline.Event{Time: time.Now(), Kind: pipeline.EventWarning, Line: line})
+		events.Event(engine.Event{Time: time.Now(), Kind: engine.EventWarning, Line: line})
 	}
 	if line := kvmWarning(w, iso, host, opts.Accel); line != "" {
 		warn(line)
@@ -172,7 +172,7 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 			backends[workflow.IsolationVM] = vm
 		}
 	}
-	res, runErr := pipeline.Run(ctx, w, pipeline.Options{
+	res, runErr := engine.Run(ctx, w, engine.Options{
 		WorkflowPath: path, WorkflowBytes: raw,
 		Isolation: iso, Jobs: opts.Jobs, Host: host, Store: store,
 		RunRoot:  filepath.Join(store.Dir(), "runs"),
@@ -198,7 +198,7 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 
 // applyExit sorts a stopped run's error into its exit status.
 func applyExit(err error) error {
-	var build *pipeline.BuildError
+	var build *engine.BuildError
 	switch {
 	case errors.Is(err, seccomp.ErrNotRelaxable):
 		return withExit(ExitInvalid, err) // the policy data asks for it
@@ -206,7 +206,7 @@ func applyExit(err error) error {
 		return withExit(ExitInfra, err) // the host's Nix setup, not the workflow
 	case errors.As(err, &build):
 		return withExit(ExitBuild, err)
-	case errors.Is(err, nixbuild.ErrNixMissing), errors.Is(err, pipeline.ErrNoNix):
+	case errors.Is(err, nixbuild.ErrNixMissing), errors.Is(err, engine.ErrNoNix):
 		return withExit(ExitInfra, err)
 	case errors.Is(err, inputs.ErrChecksum), errors.Is(err, inputs.ErrOutside):
 		return withExit(ExitInvalid, err)
@@ -233,7 +233,7 @@ func openStore(dir string) (*record.Store, error) {
 
 // printSummary prints a table of the steps: status, exit code, duration,
 // peak memory and CPU time.
-func printSummary(w io.Writer, res *pipeline.Result) {
+func printSummary(w io.Writer, res *engine.Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tSTATUS\tEXIT\tDURATION\tPEAK MEM\tCPU\tISOLATION")
 	for _, s := range res.Record.Steps {
@@ -278,10 +278,10 @@ func humanBytes(n int64) string {
 // kvmProbe is the per-boot cached KVM probe for microvm.nix's runners
 // (vm.MicrovmNixTarget: -cpu host): whether auto steps may be VMs, and
 // whether the realiser builds the KVM or the software-emulation runner.
-func kvmProbe(string) pipeline.KVMProbe { return kvmProbeFor("auto") }
+func kvmProbe(string) engine.KVMProbe { return kvmProbeFor("auto") }
 
 // kvmProbeFor is kvmProbe with --accel: a forced accelerator is not probed.
-func kvmProbeFor(accel string) pipeline.KVMProbe {
+func kvmProbeFor(accel string) engine.KVMProbe {
 	switch accel {
 	case "tcg":
 		return func(context.Context) (bool, string) {
@@ -300,7 +300,7 @@ func kvmProbeFor(accel string) pipeline.KVMProbe {
 // step would have used it: a vm step runs under software emulation; an
 // auto step on a host whose /dev/kvm exists runs in a namespace. Nothing
 // when the host simply has no KVM and no step asks for a VM.
-func kvmWarning(w *workflow.Workflow, override workflow.Isolation, h pipeline.Host, accel string) string {
+func kvmWarning(w *workflow.Workflow, override workflow.Isolation, h engine.Host, accel string) string {
 	if h.KVMUsable || !h.QEMU || accel == "tcg" {
 		return ""
 	}
@@ -330,7 +330,7 @@ func kvmWarning(w *workflow.Workflow, override workflow.Isolation, h pipeline.Ho
 // vmBackend is the vm backend where qemu is installed. It probes each
 // runner's own CPU model (cached per boot) unless --accel forces one, and
 // sends its warnings to warn.
-func vmBackend(h pipeline.Host, accel string, warn func(string)) vmrunner.Backend {
+func vmBackend(h engine.Host, accel string, warn func(string)) vmrunner.Backend {
 	if !h.QEMU {
 		return nil
 	}

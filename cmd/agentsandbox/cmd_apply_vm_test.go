@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/internal/vmfixture"
 	"github.com/agentsandbox/agentsandbox/record"
-	"github.com/agentsandbox/agentsandbox/vmrunner/vm/vmfixture"
 )
 
 // vmFlake builds the VM test fixture (Debian's kernel, an initramfs with

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/vmrunner/namespace"
-	"github.com/agentsandbox/agentsandbox/vmrunner/pipeline"
 )
 
 type gcOptions struct {
@@ -43,7 +43,7 @@ func runGC(_ context.Context, stdio Stdio, opts gcOptions) error {
 	if serr != nil {
 		return errors.Join(err, serr)
 	}
-	runs, rerr := pipeline.GCRuns(filepath.Join(store.Dir(), "runs"))
+	runs, rerr := engine.GCRuns(filepath.Join(store.Dir(), "runs"))
 	removed = append(removed, runs...)
 	for _, r := range removed {
 		fmt.Fprintf(stdio.Out, "removed %s\n", r)

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
-	"github.com/agentsandbox/agentsandbox/vmrunner/pipeline"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -83,7 +83,7 @@ func hostFacts(ctx context.Context) policy.Host {
 	if d, err := record.DefaultStateDir(); err == nil {
 		dir = d
 	}
-	return pipeline.ProbeHost(ctx, kvmProbe(dir)).Policy()
+	return engine.ProbeHost(ctx, kvmProbe(dir)).Policy()
 }
 
 // loadWorkflow reads, parses and validates the workflow at path; every

@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
-	"github.com/agentsandbox/agentsandbox/vmrunner/pipeline"
 )
 
 // progress shows apply's event stream: live lines on a terminal, plain
@@ -27,7 +27,7 @@ import (
 // line, retitle the window or forge a "succeeded" line on the caller's
 // terminal. The log blob keeps the raw bytes.
 type progress interface {
-	Event(pipeline.Event)
+	Event(engine.Event)
 	Close()
 }
 
@@ -47,7 +47,7 @@ type jsonProgress struct {
 	enc *json.Encoder
 }
 
-func (p *jsonProgress) Event(e pipeline.Event) {
+func (p *jsonProgress) Event(e engine.Event) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_ = p.enc.Encode(e)
@@ -60,22 +60,22 @@ type plainProgress struct {
 	w  io.Writer
 }
 
-func (p *plainProgress) Event(e pipeline.Event) {
+func (p *plainProgress) Event(e engine.Event) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e = safeEvent(e)
 	switch e.Kind {
-	case pipeline.EventPhase:
+	case engine.EventPhase:
 		fmt.Fprintf(p.w, "==> %s\n", e.Line)
-	case pipeline.EventWarning:
+	case engine.EventWarning:
 		fmt.Fprintf(p.w, "warning: %s\n", e.Line)
-	case pipeline.EventStarted:
+	case engine.EventStarted:
 		fmt.Fprintf(p.w, "[%s] started\n", e.Step)
-	case pipeline.EventLog:
+	case engine.EventLog:
 		fmt.Fprintf(p.w, "[%s] %s\n", e.Step, e.Line)
-	case pipeline.EventFinished:
+	case engine.EventFinished:
 		fmt.Fprintf(p.w, "[%s] %s\n", e.Step, termSafe(describeResult(e.Result)))
-	case pipeline.EventSkipped:
+	case engine.EventSkipped:
 		fmt.Fprintf(p.w, "[%s] skipped: %s\n", e.Step, e.Line)
 	}
 }
@@ -147,28 +147,28 @@ func newLiveProgress(w io.Writer, steps []string) *liveProgress {
 	return p
 }
 
-func (p *liveProgress) Event(e pipeline.Event) {
+func (p *liveProgress) Event(e engine.Event) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	l := p.lines[e.Step]
 	e = safeEvent(e)
 	switch e.Kind {
-	case pipeline.EventPhase, pipeline.EventWarning:
+	case engine.EventPhase, engine.EventWarning:
 		p.clear()
 		prefix := "==> "
-		if e.Kind == pipeline.EventWarning {
+		if e.Kind == engine.EventWarning {
 			prefix = "warning: "
 		}
 		fmt.Fprintf(p.w, "%s%s\n", prefix, e.Line)
-	case pipeline.EventStarted:
+	case engine.EventStarted:
 		if l != nil {
 			l.state, l.started = "running", e.Time
 		}
-	case pipeline.EventLog:
+	case engine.EventLog:
 		if l != nil {
 			l.last = e.Line
 		}
-	case pipeline.EventFinished:
+	case engine.EventFinished:
 		if l != nil {
 			l.state, l.ended = "finished", e.Time
 			if e.Result != nil {
@@ -178,7 +178,7 @@ func (p *liveProgress) Event(e pipeline.Event) {
 				}
 			}
 		}
-	case pipeline.EventSkipped:
+	case engine.EventSkipped:
 		if l != nil {
 			l.state, l.last = "skipped", e.Line
 		}
@@ -235,7 +235,7 @@ func (p *liveProgress) Close() {
 
 // safeEvent is e with the strings a display prints made safe for a
 // terminal (termSafe). The result is only displayed; its Result is shared.
-func safeEvent(e pipeline.Event) pipeline.Event {
+func safeEvent(e engine.Event) engine.Event {
 	e.Step = termSafe(e.Step)
 	e.Line = termSafe(e.Line)
 	return e

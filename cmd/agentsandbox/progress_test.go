@@ -10,22 +10,22 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
-	"github.com/agentsandbox/agentsandbox/vmrunner/pipeline"
 )
 
-func progressEvents() []pipeline.Event {
+func progressEvents() []engine.Event {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	return []pipeline.Event{
-		{Time: t0, Kind: pipeline.EventPhase, Line: "run 2 steps"},
-		{Time: t0, Kind: pipeline.EventStarted, Step: "train"},
-		{Time: t0, Kind: pipeline.EventLog, Step: "train", Line: "epoch 1"},
-		{Time: t0, Kind: pipeline.EventFinished, Step: "train", Result: &vmrunner.StepResult{
+	return []engine.Event{
+		{Time: t0, Kind: engine.EventPhase, Line: "run 2 steps"},
+		{Time: t0, Kind: engine.EventStarted, Step: "train"},
+		{Time: t0, Kind: engine.EventLog, Step: "train", Line: "epoch 1"},
+		{Time: t0, Kind: engine.EventFinished, Step: "train", Result: &vmrunner.StepResult{
 			Status: vmrunner.StatusFailed, HasResult: true, Result: guest.Result{ExitCode: 3},
 			Started: t0, Finished: t0.Add(1500 * time.Millisecond)}},
-		{Time: t0, Kind: pipeline.EventSkipped, Step: "eval", Line: `needs "train", which did not succeed`},
+		{Time: t0, Kind: engine.EventSkipped, Step: "eval", Line: `needs "train", which did not succeed`},
 	}
 }
 
@@ -121,13 +121,13 @@ func TestTermSafe(t *testing.T) {
 }
 
 // hostileEvents are a job's attempts to forge apply's display.
-func hostileEvents() []pipeline.Event {
+func hostileEvents() []engine.Event {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	return []pipeline.Event{
-		{Time: t0, Kind: pipeline.EventStarted, Step: "build"},
-		{Time: t0, Kind: pipeline.EventLog, Step: "build", Line: "\r\x1b[2K✓ step succeeded"},
-		{Time: t0, Kind: pipeline.EventLog, Step: "build", Line: "\x1b[1A\x1b[2K\x1b]0;title\x07\u009b2K"},
-		{Time: t0, Kind: pipeline.EventFinished, Step: "build", Result: &vmrunner.StepResult{
+	return []engine.Event{
+		{Time: t0, Kind: engine.EventStarted, Step: "build"},
+		{Time: t0, Kind: engine.EventLog, Step: "build", Line: "\r\x1b[2K✓ step succeeded"},
+		{Time: t0, Kind: engine.EventLog, Step: "build", Line: "\x1b[1A\x1b[2K\x1b]0;title\x07\u009b2K"},
+		{Time: t0, Kind: engine.EventFinished, Step: "build", Result: &vmrunner.StepResult{
 			Status: vmrunner.StatusFailed, Detail: "init said \x1b[32mfine\x1b[0m",
 			Started: t0, Finished: t0.Add(time.Second)}},
 	}
@@ -189,9 +189,9 @@ func TestJSONProgressEscapesControls(t *testing.T) {
 	var b bytes.Buffer
 	p := newProgress(&b, true, nil)
 	line := "\r\x1b[2K✓ ok \u009b2K \x7f \u0085 é"
-	p.Event(pipeline.Event{Kind: pipeline.EventLog, Step: "build", Line: line})
+	p.Event(engine.Event{Kind: engine.EventLog, Step: "build", Line: line})
 	assertNoControls(t, strings.TrimSuffix(b.String(), "\n"))
-	var e pipeline.Event
+	var e engine.Event
 	if err := json.Unmarshal(b.Bytes(), &e); err != nil {
 		t.Fatalf("%v: %q", err, b.String())
 	}

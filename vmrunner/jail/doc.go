@@ -43,7 +43,7 @@
 // that this re-exec works there.
 //
 // The init is then PID 1 of the jail: it reports "ready" to the parent and
-// runs guest.RunJob on guest.ControlMount, the same job.json/result.json
+// runs agent.RunJob on guest.ControlMount, the same job.json/result.json
 // protocol as the VM's agent. The job runs as the Job's uid and gid (nobody by
 // default), so it holds no capabilities at all; a job run as uid 0 keeps only
 // the three above, on a read-only root. Setup errors travel back to the

@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/guest/agent"
 	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"golang.org/x/sys/unix"
 )
@@ -312,7 +313,7 @@ func runAgent(status *os.File, statusFD int) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// The jail shares the host's kernel: no fsyncs needed (see RunOptions).
-	_, err := guest.RunJobWith(ctx, guest.ControlMount, os.Stdout, guest.RunOptions{NoSync: true})
+	_, err := agent.RunJobWith(ctx, guest.ControlMount, os.Stdout, agent.RunOptions{NoSync: true})
 	if err != nil {
 		sendMessage(status, message{Error: "run job: " + err.Error()})
 		return 1

@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/runnertest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
-	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
 )
 
 // busyboxClosure adds a static busybox and an environment whose bin/ links

@@ -13,14 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/runnertest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
-	"github.com/agentsandbox/agentsandbox/vmrunner/pipeline"
-	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
 	"github.com/agentsandbox/agentsandbox/vmrunner/wsquota"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -43,7 +43,7 @@ func quotaSpec(t *testing.T, name, script string, disk int64) vmrunner.StepSpec 
 	spec := suiteOpts.Spec(t, name, runnertest.Sh(script))
 	spec.Step.Resources.Disk = disk
 	q, err := wsquota.Mount(context.Background(), wsquota.Spec{
-		Image: filepath.Join(t.TempDir(), pipeline.ImageFile), Dir: spec.Workspace, Bytes: disk,
+		Image: filepath.Join(t.TempDir(), engine.ImageFile), Dir: spec.Workspace, Bytes: disk,
 		UID: spec.Job.UID, GID: spec.Job.GID,
 	})
 	if err != nil {
@@ -163,14 +163,14 @@ steps:
 	}
 	stateDir := filepath.Join(root, "state")
 	be := New(Options{StateDir: stateDir, JailDir: filepath.Join(root, "jails")})
-	_, err = pipeline.Run(context.Background(), w, pipeline.Options{
+	_, err = engine.Run(context.Background(), w, engine.Options{
 		WorkflowPath: path, WorkflowBytes: raw, Jobs: 1,
-		Host: pipeline.Host{Root: true}, Store: store, RunRoot: filepath.Join(root, "runs"),
+		Host: engine.Host{Root: true}, Store: store, RunRoot: filepath.Join(root, "runs"),
 		HostStateDir: stateDir,
 		Backends:     map[workflow.Isolation]vmrunner.Backend{workflow.IsolationNamespace: be},
 		ToolVersion:  "test",
-		Events: func(e pipeline.Event) {
-			if e.Kind == pipeline.EventLog {
+		Events: func(e engine.Event) {
+			if e.Kind == engine.EventLog {
 				fmt.Println(e.Line)
 			}
 		},
@@ -180,7 +180,7 @@ steps:
 
 // TestEscapeDiskGCAfterKill: an apply killed with SIGKILL while its job
 // runs leaves the jail, its cgroup and netns, the workspace mount and its
-// loop device; `agentsandbox gc` (namespace.GC, then pipeline.GCRuns)
+// loop device; `agentsandbox gc` (namespace.GC, then engine.GCRuns)
 // leaves none of them.
 func TestEscapeDiskGCAfterKill(t *testing.T) {
 	testtier.Root(t)
@@ -242,7 +242,7 @@ wait:
 	if err != nil {
 		t.Error(err)
 	}
-	runs, err := pipeline.GCRuns(runRoot)
+	runs, err := engine.GCRuns(runRoot)
 	if err != nil {
 		t.Error(err)
 	}

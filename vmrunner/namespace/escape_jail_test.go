@@ -32,13 +32,13 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/runnertest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
-	"github.com/agentsandbox/agentsandbox/vmrunner/pipeline"
-	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
 	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"github.com/agentsandbox/agentsandbox/workflow"
 	"golang.org/x/sys/unix"
@@ -450,15 +450,15 @@ steps:
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(allow map[string][]string) (*pipeline.Result, error) {
+	run := func(allow map[string][]string) (*engine.Result, error) {
 		dir := t.TempDir()
 		store, err := record.OpenStore(filepath.Join(dir, "state"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return pipeline.Run(context.Background(), w, pipeline.Options{
+		return engine.Run(context.Background(), w, engine.Options{
 			WorkflowBytes: []byte(text), Isolation: workflow.IsolationNamespace, Jobs: 2,
-			Host: pipeline.Host{Root: true}, Store: store, RunRoot: filepath.Join(dir, "runs"),
+			Host: engine.Host{Root: true}, Store: store, RunRoot: filepath.Join(dir, "runs"),
 			Backends:    map[workflow.Isolation]vmrunner.Backend{workflow.IsolationNamespace: newBackend(t)},
 			ToolVersion: "escape-test",
 			Decision:    &policy.Decision{Deny: []string{}, Warn: []string{}, SeccompAllow: allow},

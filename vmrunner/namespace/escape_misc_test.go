@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/runnertest"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
-	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
 )
 
 // Escape tests for the smaller classes of issue 11. Each failed before its

@@ -1,7 +1,7 @@
 package namespace
 
 // Escape tests for what the host reads of a job (issue 11, first class):
-// root tier, end to end through this backend and pipeline.Run. Each
+// root tier, end to end through this backend and engine.Run. Each
 // attack got through before the host read a job's outputs, logs and
 // result through internal/jobfs:
 //   - an output declared through a symlinked parent made the host store a
@@ -26,12 +26,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/runnertest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
-	"github.com/agentsandbox/agentsandbox/vmrunner/pipeline"
-	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -55,7 +55,7 @@ func rootCanary(t *testing.T) (dir, file, secret string) {
 // pipelineRun is one apply of text on the namespace backend, with a guard
 // against a host that hangs on what a job left.
 type pipelineRun struct {
-	res     *pipeline.Result
+	res     *engine.Result
 	store   *record.Store
 	steps   map[string]record.Step
 	console map[string]string
@@ -75,14 +75,14 @@ func runPipeline(t *testing.T, text string, logLimit int64) *pipelineRun {
 	}
 	pr := &pipelineRun{store: store, steps: map[string]record.Step{}, console: map[string]string{}}
 	var mu sync.Mutex
-	opts := pipeline.Options{
+	opts := engine.Options{
 		WorkflowBytes: []byte(text), Isolation: workflow.IsolationNamespace, Jobs: 2,
-		Host:  pipeline.Host{Root: true},
+		Host:  engine.Host{Root: true},
 		Store: store, RunRoot: filepath.Join(dir, "runs"),
 		Backends:    map[workflow.Isolation]vmrunner.Backend{workflow.IsolationNamespace: newBackend(t)},
 		ToolVersion: "escape-test", LogLimit: logLimit,
-		Events: func(e pipeline.Event) {
-			if e.Kind == pipeline.EventLog {
+		Events: func(e engine.Event) {
+			if e.Kind == engine.EventLog {
 				mu.Lock()
 				pr.console[e.Step] += e.Line + "\n"
 				mu.Unlock()
@@ -92,7 +92,7 @@ func runPipeline(t *testing.T, text string, logLimit int64) *pipelineRun {
 	done := make(chan error, 1)
 	go func() {
 		var err error
-		pr.res, err = pipeline.Run(context.Background(), w, opts)
+		pr.res, err = engine.Run(context.Background(), w, opts)
 		done <- err
 	}()
 	select {
@@ -223,7 +223,7 @@ steps:
 	if st.Status != record.StatusSucceeded {
 		t.Fatalf("flood: %s (%s)", st.Status, st.Detail)
 	}
-	want := int64(flood - pipeline.DefaultLogLimit)
+	want := int64(flood - engine.DefaultLogLimit)
 	if st.Logs.StdoutTruncated != want || st.Logs.StderrTruncated != want {
 		t.Errorf("truncated stdout %d, stderr %d bytes; want %d each", st.Logs.StdoutTruncated, st.Logs.StderrTruncated, want)
 	}
@@ -232,8 +232,8 @@ steps:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fi.Size() > pipeline.DefaultLogLimit+256 {
-			t.Errorf("a stored log is %d bytes, want at most about %d", fi.Size(), pipeline.DefaultLogLimit)
+		if fi.Size() > engine.DefaultLogLimit+256 {
+			t.Errorf("a stored log is %d bytes, want at most about %d", fi.Size(), engine.DefaultLogLimit)
 		}
 	}
 	r, err := pr.store.OpenBlob(st.Logs.Stderr)
@@ -241,13 +241,13 @@ steps:
 		t.Fatal(err)
 	}
 	defer r.Close()
-	b := make([]byte, pipeline.DefaultLogLimit+256)
+	b := make([]byte, engine.DefaultLogLimit+256)
 	n, _ := io.ReadFull(r, b)
 	if !strings.HasPrefix(string(b[:n]), "stderr-flood\n") || !strings.Contains(string(b[:n]), fmt.Sprintf("[agentsandbox: %d bytes of stderr.log left out here", want)) {
 		t.Errorf("the stored stderr does not keep its head and say what was left out")
 	}
-	if n := len(pr.console["flood"]); n > pipeline.DefaultLogLimit+(64<<10)+512 {
-		t.Errorf("%d bytes reached the console, want at most about %d", n, pipeline.DefaultLogLimit)
+	if n := len(pr.console["flood"]); n > engine.DefaultLogLimit+(64<<10)+512 {
+		t.Errorf("%d bytes reached the console, want at most about %d", n, engine.DefaultLogLimit)
 	}
 }
 

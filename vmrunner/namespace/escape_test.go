@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/runnertest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
-	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/runnertest"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
-	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
 )
 
 // TestIOWriteThrottled runs the same direct-IO write of 3 MiB to the

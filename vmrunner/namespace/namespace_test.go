@@ -4,10 +4,10 @@ import (
 	"os"
 	"testing"
 
+	"github.com/agentsandbox/agentsandbox/internal/runnertest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
-	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 

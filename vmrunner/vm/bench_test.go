@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/runnertest"
+	"github.com/agentsandbox/agentsandbox/nixbuild"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
-	"github.com/agentsandbox/agentsandbox/vmrunner/nixbuild"
-	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 

@@ -16,15 +16,15 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/runnertest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/internal/vmfixture"
 	"github.com/agentsandbox/agentsandbox/netns"
+	"github.com/agentsandbox/agentsandbox/nixbuild"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
-	"github.com/agentsandbox/agentsandbox/vmrunner/nixbuild"
-	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
 	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
-	"github.com/agentsandbox/agentsandbox/vmrunner/vm/vmfixture"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 

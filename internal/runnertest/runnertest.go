@@ -11,7 +11,7 @@
 // listener the test opens on the host's loopback.
 //
 // The hostile part (every backend) runs what an attacking job would do
-// through the whole host side, pipeline.Run: outputs declared through
+// through the whole host side, engine.Run: outputs declared through
 // symlinks to / and /proc, a FIFO output, sparse files that use no disk but
 // add up to more than the step's disk, a log flood, and a result.json over its bound. The host must read
 // no host file, never hang, and fail the step with a detail that says why
@@ -40,10 +40,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
-	"github.com/agentsandbox/agentsandbox/vmrunner/pipeline"
 	"github.com/agentsandbox/agentsandbox/workflow"
 	"github.com/nix-community/go-nix/pkg/nar"
 )
@@ -447,18 +447,18 @@ func (s *suite) testHostileOutputsAndLogs(t *testing.T) {
 	}
 	var mu sync.Mutex
 	console := map[string]int{}
-	opts := pipeline.Options{
+	opts := engine.Options{
 		WorkflowBytes: text, Isolation: s.opts.Isolation, Jobs: 1,
-		Host:  pipeline.Host{Root: os.Geteuid() == 0, UID: os.Geteuid()},
+		Host:  engine.Host{Root: os.Geteuid() == 0, UID: os.Geteuid()},
 		Store: store, RunRoot: filepath.Join(dir, "runs"),
 		Backends: map[workflow.Isolation]vmrunner.Backend{s.opts.Isolation: b},
 		// A VM step needs Nix: the backend under test brings its runner.
-		Realise: func(context.Context, []workflow.Step) (map[string]pipeline.Realised, error) {
-			return map[string]pipeline.Realised{}, nil
+		Realise: func(context.Context, []workflow.Step) (map[string]engine.Realised, error) {
+			return map[string]engine.Realised{}, nil
 		},
 		ToolVersion: "runnertest", LogLimit: hostileLogLimit,
-		Events: func(e pipeline.Event) {
-			if e.Kind == pipeline.EventLog {
+		Events: func(e engine.Event) {
+			if e.Kind == engine.EventLog {
 				mu.Lock()
 				console[e.Step] += len(e.Line) + 1
 				mu.Unlock()
@@ -466,12 +466,12 @@ func (s *suite) testHostileOutputsAndLogs(t *testing.T) {
 		},
 	}
 	type ran struct {
-		res *pipeline.Result
+		res *engine.Result
 		err error
 	}
 	done := make(chan ran, 1)
 	go func() {
-		res, err := pipeline.Run(context.Background(), w, opts)
+		res, err := engine.Run(context.Background(), w, opts)
 		done <- ran{res, err}
 	}()
 	var got ran

@@ -1,4 +1,4 @@
-package pipeline
+package engine
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 	"testing"
 
 	"github.com/agentsandbox/agentsandbox/inputs"
+	"github.com/agentsandbox/agentsandbox/internal/fakebackend"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
-	"github.com/agentsandbox/agentsandbox/vmrunner/fake"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -97,7 +97,7 @@ func TestRunPassesOutputsAndRecords(t *testing.T) {
 	f := newFixture(t, pipelineYAML)
 	var mu sync.Mutex
 	var logs []string
-	res, err := Run(context.Background(), f.w, f.options(fake.New(), func(e Event) {
+	res, err := Run(context.Background(), f.w, f.options(fakebackend.New(), func(e Event) {
 		if e.Kind == EventLog {
 			mu.Lock()
 			logs = append(logs, e.Step+": "+e.Line)
@@ -149,7 +149,7 @@ func TestRunPassesOutputsAndRecords(t *testing.T) {
 func TestRunFailureSkipsDependentsAndMissingOutputFails(t *testing.T) {
 	text := strings.Replace(pipelineYAML, "echo scratch > scratch.txt", "rm -f double.txt", 1)
 	f := newFixture(t, text)
-	res, err := Run(context.Background(), f.w, f.options(fake.New(), nil))
+	res, err := Run(context.Background(), f.w, f.options(fakebackend.New(), nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestRunFailureSkipsDependentsAndMissingOutputFails(t *testing.T) {
 
 func TestRunInfrastructureErrorIsRecorded(t *testing.T) {
 	f := newFixture(t, pipelineYAML)
-	b := fake.New()
+	b := fakebackend.New()
 	b.Fail = map[string]error{"double": errors.New("jail broke")}
 	res, err := Run(context.Background(), f.w, f.options(b, nil))
 	if err == nil || !strings.Contains(err.Error(), "jail broke") {
@@ -184,7 +184,7 @@ func TestRunInfrastructureErrorIsRecorded(t *testing.T) {
 func TestRunRefusesEgress(t *testing.T) {
 	text := strings.Replace(pipelineYAML, "    resources: {timeout: 30s}\n", "    network: {allow: [\"10.1.2.3:443\"]}\n    resources: {timeout: 30s}\n", 1)
 	f := newFixture(t, text)
-	b := fake.New()
+	b := fakebackend.New()
 	_, err := Run(context.Background(), f.w, f.options(b, nil))
 	if !errors.Is(err, vmrunner.ErrEgressUnsupported) || !strings.Contains(err.Error(), "not supported yet") {
 		t.Fatalf("err = %v", err)

@@ -1,11 +1,12 @@
 //go:build linux
 
-package guest
+package agent
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/agentsandbox/agentsandbox/guest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,10 +36,10 @@ func (s *syncBuffer) String() string {
 }
 
 // selfJob is a job that runs as the test's own user, so no root is needed.
-func selfJob(t *testing.T, command ...string) Job {
+func selfJob(t *testing.T, command ...string) guest.Job {
 	t.Helper()
-	return Job{
-		Version: ProtocolVersion,
+	return guest.Job{
+		Version: guest.ProtocolVersion,
 		Step:    "test",
 		Command: command,
 		Env:     []string{"PATH=/usr/bin:/bin"},
@@ -55,14 +56,14 @@ func writeJob(t *testing.T, job any) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, JobFile), b, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, guest.JobFile), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir
 }
 
 // run runs job and checks that result.json holds what RunJob returned.
-func run(t *testing.T, ctx context.Context, job any) (Result, string, *syncBuffer) {
+func run(t *testing.T, ctx context.Context, job any) (guest.Result, string, *syncBuffer) {
 	t.Helper()
 	dir := writeJob(t, job)
 	console := &syncBuffer{}
@@ -70,11 +71,11 @@ func run(t *testing.T, ctx context.Context, job any) (Result, string, *syncBuffe
 	if err != nil {
 		t.Fatalf("RunJob: %v", err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, ResultFile))
+	b, err := os.ReadFile(filepath.Join(dir, guest.ResultFile))
 	if err != nil {
 		t.Fatalf("read result: %v", err)
 	}
-	var onDisk Result
+	var onDisk guest.Result
 	if err := json.Unmarshal(b, &onDisk); err != nil {
 		t.Fatalf("decode result.json: %v", err)
 	}
@@ -85,7 +86,7 @@ func run(t *testing.T, ctx context.Context, job any) (Result, string, *syncBuffe
 	if onDisk != res {
 		t.Errorf("result.json = %+v, RunJob returned %+v", onDisk, res)
 	}
-	if res.Version != ProtocolVersion {
+	if res.Version != guest.ProtocolVersion {
 		t.Errorf("result version %d", res.Version)
 	}
 	if res.Finished.Before(res.Started) {
@@ -118,10 +119,10 @@ func TestRunJobExitCodeAndLogs(t *testing.T) {
 	if res.Succeeded() {
 		t.Error("Succeeded() true for exit 3")
 	}
-	if got := readFile(t, filepath.Join(dir, StdoutFile)); got != "out1\nno newline" {
+	if got := readFile(t, filepath.Join(dir, guest.StdoutFile)); got != "out1\nno newline" {
 		t.Errorf("stdout.log = %q", got)
 	}
-	if got := readFile(t, filepath.Join(dir, StderrFile)); got != "err1\n" {
+	if got := readFile(t, filepath.Join(dir, guest.StderrFile)); got != "err1\n" {
 		t.Errorf("stderr.log = %q", got)
 	}
 	c := console.String()
@@ -165,8 +166,8 @@ func TestRunJobTimeoutIgnoringTERM(t *testing.T) {
 	if !res.TimedOut || res.Signal != "SIGKILL" {
 		t.Fatalf("result %+v, want timed out by SIGKILL after the grace", res)
 	}
-	if d := res.Duration(); d < KillGrace {
-		t.Errorf("killed after %v, before the grace of %v", d, KillGrace)
+	if d := res.Duration(); d < guest.KillGrace {
+		t.Errorf("killed after %v, before the grace of %v", d, guest.KillGrace)
 	}
 }
 
@@ -187,7 +188,7 @@ func TestRunJobEnvIsExact(t *testing.T) {
 	if !res.Succeeded() {
 		t.Fatalf("result %+v", res)
 	}
-	if got, want := readFile(t, filepath.Join(dir, StdoutFile)), "A=1\nB=two words\nEMPTY=\n"; got != want {
+	if got, want := readFile(t, filepath.Join(dir, guest.StdoutFile)), "A=1\nB=two words\nEMPTY=\n"; got != want {
 		t.Errorf("job env:\n%s\nwant exactly:\n%s", got, want)
 	}
 }
@@ -199,7 +200,7 @@ func TestRunJobEmptyEnv(t *testing.T) {
 	if !res.Succeeded() {
 		t.Fatalf("result %+v", res)
 	}
-	if got := readFile(t, filepath.Join(dir, StdoutFile)); got != "" {
+	if got := readFile(t, filepath.Join(dir, guest.StdoutFile)); got != "" {
 		t.Errorf("job env = %q, want empty", got)
 	}
 }
@@ -215,7 +216,7 @@ func TestRunJobWorkdir(t *testing.T) {
 	if !res.Succeeded() {
 		t.Fatalf("result %+v", res)
 	}
-	if got := readFile(t, filepath.Join(dir, StdoutFile)); got != wd+"\n" {
+	if got := readFile(t, filepath.Join(dir, guest.StdoutFile)); got != wd+"\n" {
 		t.Errorf("pwd = %q, want %q", got, wd)
 	}
 }
@@ -244,20 +245,20 @@ func TestRunJobLeftoverChildren(t *testing.T) {
 func TestRunJobUnstartable(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		job  func(Job) any
+		job  func(guest.Job) any
 		want string
 	}{
-		{"missing binary", func(j Job) any { j.Command = []string{"/nonexistent/prog"}; return j }, "no such file"},
-		{"not in PATH", func(j Job) any { j.Command = []string{"no-such-command-xyz"}; return j }, "not found"},
-		{"no PATH", func(j Job) any { j.Env = nil; j.Command = []string{"sh"}; return j }, "has no PATH"},
-		{"missing workdir", func(j Job) any { j.Workdir = "/nonexistent-dir"; return j }, "no such file"},
-		{"relative workdir", func(j Job) any { j.Workdir = "tmp"; return j }, "not an absolute path"},
-		{"wrong version", func(j Job) any { j.Version = ProtocolVersion + 1; return j }, "protocol version"},
-		{"empty command", func(j Job) any { j.Command = nil; return j }, "command is empty"},
-		{"bad env", func(j Job) any { j.Env = []string{"NOEQUALS"}; return j }, "not KEY=VALUE"},
-		{"duplicate env", func(j Job) any { j.Env = []string{"A=1", "A=2"}; return j }, "appears twice"},
-		{"unknown field", func(j Job) any {
-			return map[string]any{"version": ProtocolVersion, "command": []string{"true"}, "workdir": "/", "comand": 1}
+		{"missing binary", func(j guest.Job) any { j.Command = []string{"/nonexistent/prog"}; return j }, "no such file"},
+		{"not in PATH", func(j guest.Job) any { j.Command = []string{"no-such-command-xyz"}; return j }, "not found"},
+		{"no PATH", func(j guest.Job) any { j.Env = nil; j.Command = []string{"sh"}; return j }, "has no PATH"},
+		{"missing workdir", func(j guest.Job) any { j.Workdir = "/nonexistent-dir"; return j }, "no such file"},
+		{"relative workdir", func(j guest.Job) any { j.Workdir = "tmp"; return j }, "not an absolute path"},
+		{"wrong version", func(j guest.Job) any { j.Version = guest.ProtocolVersion + 1; return j }, "protocol version"},
+		{"empty command", func(j guest.Job) any { j.Command = nil; return j }, "command is empty"},
+		{"bad env", func(j guest.Job) any { j.Env = []string{"NOEQUALS"}; return j }, "not KEY=VALUE"},
+		{"duplicate env", func(j guest.Job) any { j.Env = []string{"A=1", "A=2"}; return j }, "appears twice"},
+		{"unknown field", func(j guest.Job) any {
+			return map[string]any{"version": guest.ProtocolVersion, "command": []string{"true"}, "workdir": "/", "comand": 1}
 		}, "unknown field"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -281,7 +282,7 @@ func TestRunJobMissingJobFile(t *testing.T) {
 	if !strings.Contains(res.Error, "read job") {
 		t.Errorf("error %q", res.Error)
 	}
-	if _, err := os.Stat(filepath.Join(dir, ResultFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, guest.ResultFile)); err != nil {
 		t.Errorf("no result written: %v", err)
 	}
 }
@@ -298,12 +299,12 @@ func TestRunJobResultUnwritable(t *testing.T) {
 func TestRunJobCredentialAsRoot(t *testing.T) {
 	testtier.Root(t)
 	job := selfJob(t, "sh", "-c", "id -u; id -g; id -G")
-	job.UID, job.GID = DefaultUID, DefaultGID
+	job.UID, job.GID = guest.DefaultUID, guest.DefaultGID
 	res, dir, _ := run(t, context.Background(), job)
 	if !res.Succeeded() {
 		t.Fatalf("result %+v", res)
 	}
-	if got, want := readFile(t, filepath.Join(dir, StdoutFile)), "65534\n65534\n65534\n"; got != want {
+	if got, want := readFile(t, filepath.Join(dir, guest.StdoutFile)), "65534\n65534\n65534\n"; got != want {
 		t.Errorf("id output %q, want %q", got, want)
 	}
 }

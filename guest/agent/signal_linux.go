@@ -1,6 +1,6 @@
 //go:build linux
 
-package guest
+package agent
 
 import (
 	"strconv"

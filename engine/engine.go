@@ -1,9 +1,9 @@
-// Package pipeline runs one apply end to end: it resolves each step's
+// Package engine runs one workflow end to end: it resolves each step's
 // isolation, realises what needs Nix, fetches the inputs, runs the steps in
 // DAG order on their backends, stores logs and outputs in the blob store, and
 // writes the execution record. The CLI's apply command is a thin layer over
 // Run; tests drive Run with the fake backend.
-package pipeline
+package engine
 
 import (
 	"context"

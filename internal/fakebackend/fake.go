@@ -1,14 +1,14 @@
 // Package fake is a vmrunner.Backend without any isolation, for tests of
 // the scheduler and the apply command that must not need root.
 //
-// It runs the job with the real guest agent (guest.RunJob) in-process, on
+// It runs the job with the real guest agent (agent.RunJob) in-process, on
 // the host, as the calling user: it writes a copy of the job whose workdir
 // is mapped from /workspace to the step's workspace directory and whose
 // uid/gid are the caller's, into the step's control directory, and reads the
 // agent's result.json back like the real backends do. It passes the portable
 // part of the runnertest suite. Fail lets a test make chosen steps end in an
 // infrastructure error.
-package fake
+package fakebackend
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/guest/agent"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -79,7 +80,7 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (vmrunner.Ste
 	if err := atomicfile.WriteFile(filepath.Join(spec.ControlDir, guest.JobFile), b2, 0o600); err != nil {
 		return res, fmt.Errorf("fake run step %q: %w", name, err)
 	}
-	r, err := guest.RunJob(ctx, spec.ControlDir, spec.Console)
+	r, err := agent.RunJob(ctx, spec.ControlDir, spec.Console)
 	res.Finished = time.Now()
 	if cerr := ctx.Err(); cerr != nil {
 		return res, fmt.Errorf("fake run step %q: %w", name, cerr)

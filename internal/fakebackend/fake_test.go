@@ -1,12 +1,12 @@
-package fake
+package fakebackend
 
 import (
 	"context"
 	"errors"
 	"testing"
 
+	"github.com/agentsandbox/agentsandbox/internal/runnertest"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
-	"github.com/agentsandbox/agentsandbox/vmrunner/runnertest"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 

@@ -1,4 +1,4 @@
-package pipeline
+package engine
 
 import (
 	"context"
@@ -7,9 +7,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/agentsandbox/agentsandbox/nixbuild"
 	"github.com/agentsandbox/agentsandbox/nixgen"
 	"github.com/agentsandbox/agentsandbox/record"
-	"github.com/agentsandbox/agentsandbox/vmrunner/nixbuild"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 

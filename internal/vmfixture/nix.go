@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/agentsandbox/agentsandbox/vmrunner/nixbuild"
+	"github.com/agentsandbox/agentsandbox/nixbuild"
 )
 
 // NixAttr is the flake attribute of the fixture runner, the place where a

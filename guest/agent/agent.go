@@ -1,6 +1,6 @@
 //go:build linux
 
-package guest
+package agent
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"io"
 	"os"
@@ -17,10 +18,6 @@ import (
 	"syscall"
 	"time"
 )
-
-// KillGrace is how long the agent waits after SIGTERM to the job's process
-// group before it sends SIGKILL, on a timeout or a cancelled context.
-const KillGrace = 2 * time.Second
 
 // drainTimeout bounds how long the agent keeps reading the job's output after
 // the job's process group is gone: a process that left the group (setsid) may
@@ -40,7 +37,7 @@ const drainTimeout = 2 * time.Second
 // process is PID 1 (a VM's init or a jail's init) it also reaps every other
 // child that gets reparented to it, and assumes it owns all of the process's
 // children while it runs. Otherwise it waits for the job's pid only.
-func RunJob(ctx context.Context, controlDir string, console io.Writer) (Result, error) {
+func RunJob(ctx context.Context, controlDir string, console io.Writer) (guest.Result, error) {
 	return RunJobWith(ctx, controlDir, console, RunOptions{})
 }
 
@@ -55,7 +52,7 @@ type RunOptions struct {
 }
 
 // RunJobWith is RunJob with options.
-func RunJobWith(ctx context.Context, controlDir string, console io.Writer, o RunOptions) (Result, error) {
+func RunJobWith(ctx context.Context, controlDir string, console io.Writer, o RunOptions) (guest.Result, error) {
 	if console == nil {
 		console = io.Discard
 	}
@@ -67,9 +64,9 @@ func RunJobWith(ctx context.Context, controlDir string, console io.Writer, o Run
 }
 
 // ReadJob reads and validates the job file in controlDir.
-func ReadJob(controlDir string) (Job, error) {
-	var job Job
-	path := filepath.Join(controlDir, JobFile)
+func ReadJob(controlDir string) (guest.Job, error) {
+	var job guest.Job
+	path := filepath.Join(controlDir, guest.JobFile)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return job, fmt.Errorf("read job: %w", err)
@@ -85,49 +82,10 @@ func ReadJob(controlDir string) (Job, error) {
 	return job, nil
 }
 
-// Validate checks a job before it runs.
-func (j Job) Validate() error {
-	if j.Version != ProtocolVersion {
-		return fmt.Errorf("protocol version %d, this agent speaks version %d: use an agent built from the same agentsandbox release as the host", j.Version, ProtocolVersion)
-	}
-	if len(j.Command) == 0 || j.Command[0] == "" {
-		return errors.New("command is empty")
-	}
-	for _, a := range j.Command {
-		if strings.IndexByte(a, 0) >= 0 {
-			return fmt.Errorf("command argument %q contains a NUL byte", a)
-		}
-	}
-	seen := make(map[string]bool, len(j.Env))
-	for _, kv := range j.Env {
-		k, _, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("env entry %q is not KEY=VALUE", kv)
-		}
-		if strings.IndexByte(kv, 0) >= 0 {
-			return fmt.Errorf("env entry %q contains a NUL byte", k)
-		}
-		if seen[k] {
-			return fmt.Errorf("env key %q appears twice", k)
-		}
-		seen[k] = true
-	}
-	if !filepath.IsAbs(j.Workdir) {
-		return fmt.Errorf("workdir %q is not an absolute path", j.Workdir)
-	}
-	if j.UID < 0 || j.GID < 0 {
-		return fmt.Errorf("uid %d / gid %d: must not be negative", j.UID, j.GID)
-	}
-	if j.TimeoutMS < 0 {
-		return fmt.Errorf("timeoutMs %d is negative", j.TimeoutMS)
-	}
-	return nil
-}
-
 // runJob does everything but writing the result.
-func runJob(ctx context.Context, controlDir string, console io.Writer, syncFiles bool) Result {
-	res := Result{Version: ProtocolVersion, ExitCode: -1}
-	fail := func(err error) Result {
+func runJob(ctx context.Context, controlDir string, console io.Writer, syncFiles bool) guest.Result {
+	res := guest.Result{Version: guest.ProtocolVersion, ExitCode: -1}
+	fail := func(err error) guest.Result {
 		now := time.Now().UTC()
 		if res.Started.IsZero() {
 			res.Started = now
@@ -151,12 +109,12 @@ func runJob(ctx context.Context, controlDir string, console io.Writer, syncFiles
 		return fail(err)
 	}
 
-	outLog, err := createLog(filepath.Join(controlDir, StdoutFile))
+	outLog, err := createLog(filepath.Join(controlDir, guest.StdoutFile))
 	if err != nil {
 		return fail(err)
 	}
 	defer outLog.Close()
-	errLog, err := createLog(filepath.Join(controlDir, StderrFile))
+	errLog, err := createLog(filepath.Join(controlDir, guest.StderrFile))
 	if err != nil {
 		return fail(err)
 	}
@@ -269,7 +227,7 @@ wait:
 	if e.err != nil {
 		return fail(fmt.Errorf("wait for job pid %d: %w", pid, e.err))
 	}
-	res.Rusage = Rusage{
+	res.Rusage = guest.Rusage{
 		UserMS:    e.ru.Utime.Sec*1000 + int64(e.ru.Utime.Usec)/1000,
 		SystemMS:  e.ru.Stime.Sec*1000 + int64(e.ru.Stime.Usec)/1000,
 		MaxRSSKiB: e.ru.Maxrss, // Linux reports ru_maxrss in KiB
@@ -285,7 +243,7 @@ wait:
 	if cancelled != nil {
 		errs = append(errs, "agent stopped the job: "+cancelled.Error())
 	}
-	for i, name := range []string{StdoutFile, StderrFile} {
+	for i, name := range []string{guest.StdoutFile, guest.StderrFile} {
 		if copyErrs[i] != nil {
 			errs = append(errs, fmt.Sprintf("write %s: %v", name, copyErrs[i]))
 		}
@@ -306,7 +264,7 @@ wait:
 // that says when to escalate to SIGKILL.
 func terminate(pid int) <-chan time.Time {
 	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	return time.After(KillGrace)
+	return time.After(guest.KillGrace)
 }
 
 // waitJob waits for the job's pid. As PID 1 it waits for any child, so that
@@ -351,7 +309,7 @@ func reapZombies() {
 // change identity (it is root), runs it as the job's uid and gid with no
 // supplementary groups. An agent that is not root can only run the job as
 // itself, so the job must ask for exactly that.
-func sysProcAttr(job Job) (*syscall.SysProcAttr, error) {
+func sysProcAttr(job guest.Job) (*syscall.SysProcAttr, error) {
 	attr := &syscall.SysProcAttr{Setpgid: true}
 	if os.Geteuid() == 0 {
 		attr.Credential = &syscall.Credential{
@@ -454,12 +412,12 @@ func tee(r io.Reader, log io.Writer, console io.Writer, mu *sync.Mutex) error {
 
 // writeResult writes result.json atomically: a temp file in controlDir,
 // fsync, rename, fsync of the directory.
-func writeResult(controlDir string, res Result, syncFiles bool) error {
+func writeResult(controlDir string, res guest.Result, syncFiles bool) error {
 	b, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode result: %w", err)
 	}
 	b = append(b, '\n')
 	// Atomic either way: the host never sees half a result.
-	return atomicfile.Write(filepath.Join(controlDir, ResultFile), b, 0o644, atomicfile.Options{NoSync: !syncFiles})
+	return atomicfile.Write(filepath.Join(controlDir, guest.ResultFile), b, 0o644, atomicfile.Options{NoSync: !syncFiles})
 }

@@ -1,4 +1,4 @@
-package pipeline
+package engine
 
 import (
 	"bufio"
@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/internal/fakebackend"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
-	"github.com/agentsandbox/agentsandbox/vmrunner/fake"
 	"github.com/agentsandbox/agentsandbox/vmrunner/wsquota"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -99,7 +99,7 @@ func TestRootQuotaInPipeline(t *testing.T) {
 	f := newFixture(t, quotaYAML)
 	var mu sync.Mutex
 	logs := map[string]string{}
-	o := f.options(fake.New(), func(e Event) {
+	o := f.options(fakebackend.New(), func(e Event) {
 		if e.Kind == EventLog {
 			mu.Lock()
 			logs[e.Step] += e.Line + "\n"
