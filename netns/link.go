@@ -59,10 +59,10 @@ const (
 	tbfLatency = 50 // milliseconds
 )
 
-// TBF returns the token bucket filter SetBandwidth installs as the root
+// tbf returns the token bucket filter setBandwidth installs as the root
 // qdisc of the device with index linkIndex, shaping egress to bitsPerSecond.
 // Its Buffer is in kernel ticks (netlink.Xmittime), not bytes.
-func TBF(linkIndex int, bitsPerSecond uint64) (*netlink.Tbf, error) {
+func tbf(linkIndex int, bitsPerSecond uint64) (*netlink.Tbf, error) {
 	rate := bitsPerSecond / 8 // bytes per second
 	if rate == 0 {
 		return nil, errors.New("bandwidth must be at least 8 bits per second")
@@ -90,9 +90,9 @@ func TBF(linkIndex int, bitsPerSecond uint64) (*netlink.Tbf, error) {
 	}, nil
 }
 
-// SetBandwidth shapes the egress of the device link inside the namespace to
+// setBandwidth shapes the egress of the device link inside the namespace to
 // bitsPerSecond with a tbf root qdisc, replacing any root qdisc it had.
-func (n *NS) SetBandwidth(link string, bitsPerSecond uint64) error {
+func (n *NS) setBandwidth(link string, bitsPerSecond uint64) error {
 	h, err := n.Handle()
 	if err != nil {
 		return err
@@ -102,7 +102,7 @@ func (n *NS) SetBandwidth(link string, bitsPerSecond uint64) error {
 	if err != nil {
 		return fmt.Errorf("set bandwidth of %q in netns %q: %w", link, n.name, err)
 	}
-	q, err := TBF(l.Attrs().Index, bitsPerSecond)
+	q, err := tbf(l.Attrs().Index, bitsPerSecond)
 	if err != nil {
 		return fmt.Errorf("set bandwidth of %q in netns %q: %w", link, n.name, err)
 	}

@@ -64,7 +64,7 @@ func TestValidName(t *testing.T) {
 }
 
 func TestTBF(t *testing.T) {
-	q, err := TBF(3, 8_000_000) // 1 MB/s
+	q, err := tbf(3, 8_000_000) // 1 MB/s
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestTBF(t *testing.T) {
 	if want := uint32(1_000_000*50/1000 + 16<<10); q.Limit != want {
 		t.Errorf("limit = %d, want %d", q.Limit, want)
 	}
-	if _, err := TBF(3, 7); err == nil {
+	if _, err := tbf(3, 7); err == nil {
 		t.Error("TBF accepted a rate below one byte per second")
 	}
 }
@@ -299,7 +299,7 @@ func TestCreateTap(t *testing.T) {
 		t.Errorf("look up tap in the host: %v", err)
 	}
 
-	if err := ns.SetBandwidth(name, 80_000_000); err != nil {
+	if err := ns.setBandwidth(name, 80_000_000); err != nil {
 		t.Fatal(err)
 	}
 	l, err := h.LinkByName(name)

@@ -40,7 +40,7 @@ func BenchmarkRealise(b *testing.B) {
 		}
 	})
 	b.Run("cached-bare-nix", func(b *testing.B) {
-		argv := BuildArgs(fx.flakeDir, attrs, Options{Offline: true, Locked: true})
+		argv := buildArgs(fx.flakeDir, attrs, Options{Offline: true, Locked: true})
 		for b.Loop() {
 			if out, err := exec.Command("nix", argv[1:]...).CombinedOutput(); err != nil {
 				b.Fatalf("%v\n%s", err, out)

@@ -5,7 +5,7 @@
 // file next to the workflow as <workflow>.lock so that every input stays
 // pinned from one run to the next.
 //
-// Command lines are data: BuildArgs and PathInfoArgs return the argv that
+// Command lines are data: buildArgs and pathInfoArgs return the argv that
 // Build and Closure run, so --dry-run can print them and tests compare them.
 // It works with Debian's Nix 2.8 (experimental features enabled on the
 // command line) and with newer Nix, whose path-info JSON has another shape.
@@ -66,7 +66,7 @@ type Options struct {
 	// flake directory's own flake.lock, if any, is used as is.
 	LockFile string
 	// Locked says a lock file is in place in the flake directory; Build
-	// sets it. Then BuildArgs passes --no-update-lock-file (unless
+	// sets it. Then buildArgs passes --no-update-lock-file (unless
 	// UpdateLock), so Nix fails rather than silently changing the pins.
 	Locked bool
 	// Steps maps attributes to the workflow steps they belong to; errors
@@ -98,9 +98,9 @@ type PathInfo struct {
 	References []string `json:"references"`
 }
 
-// BuildArgs is the argv of `nix build` for attrs of the flake in flakeDir
+// buildArgs is the argv of `nix build` for attrs of the flake in flakeDir
 // (an absolute path). argv[0] is "nix"; Build replaces it with the binary.
-func BuildArgs(flakeDir string, attrs []string, o Options) []string {
+func buildArgs(flakeDir string, attrs []string, o Options) []string {
 	args := []string{"nix", "--extra-experimental-features", ExperimentalFeatures,
 		"build", "--json", "--no-link"}
 	if o.Offline {
@@ -118,8 +118,8 @@ func BuildArgs(flakeDir string, attrs []string, o Options) []string {
 	return args
 }
 
-// PathInfoArgs is the argv of `nix path-info` listing the closure of paths.
-func PathInfoArgs(paths []string) []string {
+// pathInfoArgs is the argv of `nix path-info` listing the closure of paths.
+func pathInfoArgs(paths []string) []string {
 	args := []string{"nix", "--extra-experimental-features", ExperimentalFeatures,
 		"path-info", "--json", "--recursive"}
 	return append(args, paths...)
@@ -177,7 +177,7 @@ func Build(ctx context.Context, flakeDir string, attrs []string, o Options) ([]O
 	_, statErr := os.Stat(flakeLock)
 	o.Locked = statErr == nil
 
-	argv := BuildArgs(dir, attrs, o)
+	argv := buildArgs(dir, attrs, o)
 	stdout, err := run(ctx, nix, argv, o.Stderr)
 	if err != nil {
 		return nil, buildError(attrs, o, err)
@@ -211,11 +211,11 @@ func Closure(ctx context.Context, paths []string) ([]PathInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := run(ctx, nix, PathInfoArgs(paths), nil)
+	stdout, err := run(ctx, nix, pathInfoArgs(paths), nil)
 	if err != nil {
 		return nil, fmt.Errorf("list closure of %s: %w", strings.Join(paths, " "), err)
 	}
-	infos, err := ParsePathInfo(stdout)
+	infos, err := parsePathInfo(stdout)
 	if err != nil {
 		return nil, fmt.Errorf("list closure of %s: %w", strings.Join(paths, " "), err)
 	}
@@ -333,11 +333,11 @@ type rawPathInfo struct {
 	References []string `json:"references"`
 }
 
-// ParsePathInfo parses `nix path-info --json`: Nix up to 2.18 prints an
+// parsePathInfo parses `nix path-info --json`: Nix up to 2.18 prints an
 // array of objects with a "path" field, newer Nix an object keyed by path
 // (null for a path that is not valid). The result is sorted by path and
-// every NarHash normalised by NormaliseNarHash.
-func ParsePathInfo(b []byte) ([]PathInfo, error) {
+// every NarHash normalised by normaliseNarHash.
+func parsePathInfo(b []byte) ([]PathInfo, error) {
 	var raws []rawPathInfo
 	trimmed := bytes.TrimSpace(b)
 	switch {
@@ -365,7 +365,7 @@ func ParsePathInfo(b []byte) ([]PathInfo, error) {
 		if r.Path == "" {
 			return nil, errors.New("nix path-info --json: an entry has no path")
 		}
-		h, err := NormaliseNarHash(r.NarHash)
+		h, err := normaliseNarHash(r.NarHash)
 		if err != nil {
 			return nil, fmt.Errorf("nix path-info: %s: %w", r.Path, err)
 		}
@@ -377,10 +377,10 @@ func ParsePathInfo(b []byte) ([]PathInfo, error) {
 	return infos, nil
 }
 
-// NormaliseNarHash turns a sha256 NAR hash as Nix prints it (SRI
+// normaliseNarHash turns a sha256 NAR hash as Nix prints it (SRI
 // "sha256-<base64>", or "sha256:" with base32 or base16) into
 // "sha256:<nix base32>".
-func NormaliseNarHash(s string) (string, error) {
+func normaliseNarHash(s string) (string, error) {
 	algo := nixhash.SHA256
 	h, err := nixhash.ParseAny(s, &algo)
 	if err != nil {

@@ -38,7 +38,7 @@ func TestBuildArgs(t *testing.T) {
 			cat(base, []string{"path:/gen/flake#a"})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := BuildArgs("/gen/flake", tc.attrs, tc.o); !reflect.DeepEqual(got, tc.want) {
+			if got := buildArgs("/gen/flake", tc.attrs, tc.o); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("BuildArgs:\n got %q\nwant %q", got, tc.want)
 			}
 		})
@@ -46,7 +46,7 @@ func TestBuildArgs(t *testing.T) {
 }
 
 func TestPathInfoArgs(t *testing.T) {
-	got := PathInfoArgs([]string{"/nix/store/a", "/nix/store/b"})
+	got := pathInfoArgs([]string{"/nix/store/a", "/nix/store/b"})
 	want := []string{"nix", "--extra-experimental-features", "nix-command flakes", "path-info", "--json", "--recursive", "/nix/store/a", "/nix/store/b"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %q\nwant %q", got, want)
@@ -61,7 +61,7 @@ const (
 
 func TestNormaliseNarHash(t *testing.T) {
 	for _, in := range []string{sri, nix32, base16} {
-		got, err := NormaliseNarHash(in)
+		got, err := normaliseNarHash(in)
 		if err != nil {
 			t.Errorf("%s: %v", in, err)
 			continue
@@ -71,7 +71,7 @@ func TestNormaliseNarHash(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "sha256:", "md5:abc", "sha512-" + strings.Repeat("A", 88), "sha256:zzzz", "sha1-2jmj7l5rSw0yVb/vlWAYkK/YBwk="} {
-		if _, err := NormaliseNarHash(bad); err == nil {
+		if _, err := normaliseNarHash(bad); err == nil {
 			t.Errorf("NormaliseNarHash(%q) accepted", bad)
 		}
 	}
@@ -92,7 +92,7 @@ func TestParsePathInfo(t *testing.T) {
  "/nix/store/hc4dlpi1sb90pap7vsa4nirmgfzsjc68-a":{"narHash":"` + base16 + `","narSize":120,"references":null}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParsePathInfo([]byte(tc.in))
+			got, err := parsePathInfo([]byte(tc.in))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +105,7 @@ func TestParsePathInfo(t *testing.T) {
 		``, `"x"`, `[{"narHash":"` + sri + `"}]`, `[{"path":"/nix/store/x","narHash":"nope"}]`,
 		`{"/nix/store/x":null}`, `[{"path":1}]`,
 	} {
-		if _, err := ParsePathInfo([]byte(bad)); err == nil {
+		if _, err := parsePathInfo([]byte(bad)); err == nil {
 			t.Errorf("ParsePathInfo(%q) accepted", bad)
 		}
 	}

@@ -95,12 +95,12 @@ func ProbeTarget(ctx context.Context, t Target) (bool, string) {
 //go:embed kvmprobe/probe.bin
 var probeCode []byte
 
-// ProbePayload is the probe guest: 64 KiB of firmware whose reset vector
+// probePayload is the probe guest: 64 KiB of firmware whose reset vector
 // jumps to kvmprobe/probe.S, which enters 32-bit protected mode, turns on
 // paging and long mode, runs CPUID and RDTSC in a 64-bit code segment and
 // then writes 0x31 to the isa-debug-exit port at 0xf4 (qemu exits with
 // status 99). A vCPU that cannot get a guest that far never writes it.
-func ProbePayload() []byte {
+func probePayload() []byte {
 	b := bytes.Repeat([]byte{0xf4}, 64<<10) // hlt
 	copy(b, probeCode)
 	// At the reset vector (CS base 0xFFFF0000, IP 0xFFF0): ljmp 0xF000:0000,
@@ -109,9 +109,9 @@ func ProbePayload() []byte {
 	return b
 }
 
-// ProbeArgs is the probe's qemu command line for accel and target with the
+// probeArgs is the probe's qemu command line for accel and target with the
 // payload in bios.
-func ProbeArgs(qemu, accel string, t Target, bios string) []string {
+func probeArgs(qemu, accel string, t Target, bios string) []string {
 	argv := []string{qemu,
 		"-M", t.machine(),
 		"-accel", accel,
@@ -203,12 +203,12 @@ func (p Prober) run(ctx context.Context, accel string, t Target) (bool, string) 
 	}
 	defer os.RemoveAll(dir)
 	bios := filepath.Join(dir, "probe.bin")
-	if err := os.WriteFile(bios, ProbePayload(), 0o644); err != nil {
+	if err := os.WriteFile(bios, probePayload(), 0o644); err != nil {
 		return false, "probe: " + err.Error()
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	argv := ProbeArgs(qemu, accel, t, bios)
+	argv := probeArgs(qemu, accel, t, bios)
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -135,16 +135,16 @@ func TestLimits(t *testing.T) {
 }
 
 func TestCommandsAreData(t *testing.T) {
-	if got, want := RunnerCommand("/nix/store/r"), []string{"/nix/store/r/bin/microvm-run"}; !reflect.DeepEqual(got, want) {
+	if got, want := runnerCommand("/nix/store/r"), []string{"/nix/store/r/bin/microvm-run"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("RunnerCommand = %q", got)
 	}
-	if got, want := ProbeArgs("qemu", "kvm", MicrovmNixTarget, "/p.bin"), []string{"qemu",
+	if got, want := probeArgs("qemu", "kvm", MicrovmNixTarget, "/p.bin"), []string{"qemu",
 		"-M", "microvm,acpi=on,mem-merge=on,pic=off,pit=off,rtc=on,usb=off", "-accel", "kvm", "-cpu", "host,+x2apic,-sgx",
 		"-m", "16", "-nodefaults", "-no-user-config", "-display", "none", "-bios", "/p.bin",
 		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("ProbeArgs = %q", got)
 	}
-	if got := ProbeArgs("qemu", "tcg", Target{}, "/p.bin"); !reflect.DeepEqual(got[:5], []string{"qemu", "-M", "microvm", "-accel", "tcg"}) || got[5] == "-cpu" {
+	if got := probeArgs("qemu", "tcg", Target{}, "/p.bin"); !reflect.DeepEqual(got[:5], []string{"qemu", "-M", "microvm", "-accel", "tcg"}) || got[5] == "-cpu" {
 		t.Errorf("ProbeArgs without a CPU model = %q, want machine microvm and qemu's default CPU", got)
 	}
 }
@@ -201,7 +201,7 @@ func TestProbeVerdict(t *testing.T) {
 // TestProbePayload: the firmware jumps from the reset vector to the code
 // assembled from kvmprobe/probe.S.
 func TestProbePayload(t *testing.T) {
-	p := ProbePayload()
+	p := probePayload()
 	if len(p) != 64<<10 {
 		t.Fatalf("payload is %d bytes, want 64 KiB", len(p))
 	}

@@ -425,7 +425,7 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	if spec.Console != nil {
 		outs = append(outs, spec.Console)
 	}
-	cfg := JailConfig(spec, ri, accel, workDir, rootDir, closure)
+	cfg := jailConfig(spec, ri, accel, workDir, rootDir, closure)
 	cfg.Console = &crlfWriter{w: io.MultiWriter(outs...)}
 	cfg.Rlimits = HypervisorRlimits(spec.Step.Resources)
 	// The hypervisor runs under the default filter; a step's allowances
@@ -538,7 +538,7 @@ func (h *headTail) Close() error {
 // runnerClosure is what the jail binds of the Nix store: the spec's closure
 // paths (the runner's closure, from the pipeline), else the closure Nix
 // reports for a runner in the store; a runner outside the store is bound
-// by JailConfig on its own.
+// by jailConfig on its own.
 func runnerClosure(ctx context.Context, spec vmrunner.StepSpec) ([]string, error) {
 	if len(spec.ClosurePaths) > 0 || !strings.HasPrefix(spec.Runner, "/nix/store/") {
 		return spec.ClosurePaths, nil
@@ -560,13 +560,13 @@ func storePathOf(p string) string {
 	return "/nix/store/" + parts[0]
 }
 
-// JailConfig is the exec-mode jail microvm-run runs in (see the package
+// jailConfig is the exec-mode jail microvm-run runs in (see the package
 // documentation); the caller adds the netns and the console. Share sources
 // are bound at their own paths, where the working directory's links point.
-func JailConfig(spec vmrunner.StepSpec, ri RunnerInfo, accel, workDir, rootDir string, closure []string) jail.Config {
+func jailConfig(spec vmrunner.StepSpec, ri RunnerInfo, accel, workDir, rootDir string, closure []string) jail.Config {
 	x := &jail.ExecSpec{
-		Argv:     RunnerCommand(ri.Dir),
-		Env:      RunnerEnv(accel),
+		Argv:     runnerCommand(ri.Dir),
+		Env:      runnerEnv(accel),
 		Dir:      workDir,
 		UID:      HypervisorUID(spec.Job.UID),
 		GID:      HypervisorGID,
@@ -650,14 +650,14 @@ func prepareDirs(spec vmrunner.StepSpec, hvUID int) error {
 	return nil
 }
 
-// RunnerCommand is what the jail runs: microvm-run itself. The jail holds
+// runnerCommand is what the jail runs: microvm-run itself. The jail holds
 // it until it is in its cgroup.
-func RunnerCommand(runner string) []string {
+func runnerCommand(runner string) []string {
 	return []string{filepath.Join(runner, "bin", "microvm-run")}
 }
 
-// RunnerEnv is the runner's environment.
-func RunnerEnv(accel string) []string {
+// runnerEnv is the runner's environment.
+func runnerEnv(accel string) []string {
 	return []string{"PATH=/usr/bin:/bin", "ACCEL=" + accel}
 }
 
