@@ -117,3 +117,66 @@ func TestPackageDocs(t *testing.T) {
 		}
 	}
 }
+
+// below lists, for each room, the rooms it may never reach, not even
+// through another package: the engine and the commands sit on top of the
+// sandboxes; realisation and the network room sit beside and below them.
+var below = []struct {
+	rooms     []string // ./-relative package patterns
+	forbidden []string
+	why       string
+}{
+	{[]string{"vmrunner/...", "netns/...", "inputs/...", "nixbuild/...", "guest/...", "internal/jobfs/..."},
+		[]string{module + "/engine", module + "/cmd"},
+		"the engine and the commands call the sandboxes, never the other way"},
+	{[]string{"nixbuild/..."},
+		[]string{module + "/vmrunner", module + "/netns"},
+		"realisation sits beside generation, not under the runner"},
+	{[]string{"netns/..."},
+		[]string{module + "/vmrunner"},
+		"the network room is below the sandboxes that use it"},
+	{[]string{"guest/..."},
+		[]string{module + "/vmrunner", module + "/netns", module + "/nixgen", module + "/policy"},
+		"the agent knows the protocol and nothing of the host"},
+}
+
+// TestImportsPointOneWay enforces below.
+func TestImportsPointOneWay(t *testing.T) {
+	for _, b := range below {
+		var args []string
+		for _, r := range b.rooms {
+			args = append(args, "./"+r)
+		}
+		for _, p := range goList(t, args...) {
+			for _, d := range append(append([]string(nil), p.Imports...), p.Deps...) {
+				if matches(d, b.forbidden) {
+					t.Errorf("%s reaches %s: %s", p.ImportPath, d, b.why)
+				}
+			}
+		}
+	}
+}
+
+// testSupport are packages only tests may import.
+var testSupport = []string{
+	module + "/internal/runnertest",
+	module + "/internal/fakebackend",
+	module + "/internal/vmfixture",
+	module + "/internal/testtier",
+}
+
+// TestTestSupportOnlyInTests: no product package imports test support
+// (go list's Imports leaves out _test.go files); test support may import
+// itself.
+func TestTestSupportOnlyInTests(t *testing.T) {
+	for _, p := range goList(t, "./...") {
+		if matches(p.ImportPath, testSupport) {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if matches(imp, testSupport) {
+				t.Errorf("%s imports test support %s: move what it needs into a product package, or the use into a _test.go file", p.ImportPath, imp)
+			}
+		}
+	}
+}
