@@ -1,12 +1,22 @@
-// Package vmrunner runs a workflow's steps on this host: it realises their Nix
-// closures, starts each step in its isolation backend (a microVM wrapped in
-// the jail, or the jail alone), enforces quotas and timeouts, and collects
-// the guest agent's result. It is the privileged edge of the project; the
-// pure core (workflow, policy, nixgen, record) never imports it.
+// Package vmrunner is the sandbox room: it runs one step of a workflow on
+// this host in its isolation backend (a microVM whose hypervisor is held in
+// the jail, or the jail alone), with its quotas, deadline and cleanup, and
+// hands back the guest agent's result. It defines the Backend contract, the
+// step's host facts (StepSpec, StepResult) and the DAG scheduler; the
+// engine above it runs whole workflows. It is the privileged edge of the
+// project; the pure core (workflow, policy, nixgen, record, guest) never
+// imports it.
 //
-// Subpackages: jail (the re-exec'd sandbox init), cgroup (quotas on cgroup v1
-// and v2), nixbuild (nix build and closure listing), vm (the microvm.nix
-// runner backend), runnertest (the conformance suite every backend passes).
+// Subpackages:
+//   - jail: the re-exec'd sandbox init (namespaces, root of binds, session,
+//     descriptors, keyring, rlimits, seccomp), in job or exec mode.
+//   - seccomp: the default system call filter, from Docker's profile.
+//   - cgroup: quotas and usage on cgroup v1 and v2.
+//   - wsquota: each workspace's own size-limited filesystem.
+//   - sandbox: one step's host lifecycle (state file, netns, cgroup, jail,
+//     deadline, ordered cleanup), shared by both backends.
+//   - namespace: the jail backend.
+//   - vm: the microvm.nix runner backend and the KVM probe.
 package vmrunner
 
 import (
