@@ -7,31 +7,40 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// CreateTap creates a persistent tap device called name inside the
-// namespace, owned by uid owner (so an unprivileged hypervisor can open it),
-// without packet information headers. multiQueue sets IFF_MULTI_QUEUE and
-// vnetHdr IFF_VNET_HDR, as qemu's `queues=` and `vnet_hdr=on` expect. The
-// device is left down. The kernel puts a tun device in the namespace of the
+// Tap is a persistent tap device for a hypervisor.
+type Tap struct {
+	Name       string // 1 to 15 characters
+	Owner      int    // uid allowed to open it (the unprivileged hypervisor)
+	Group      int    // gid allowed to open it
+	MultiQueue bool   // IFF_MULTI_QUEUE, as qemu's queues= expects
+	VnetHdr    bool   // IFF_VNET_HDR, as qemu's vnet_hdr=on expects
+}
+
+// CreateTap creates the persistent tap device t inside the namespace,
+// owned by t.Owner and t.Group, without packet information headers, and
+// leaves it down. The kernel puts a tun device in the namespace of the
 // thread that opens /dev/net/tun, so this switches a locked thread in (Do).
-func (n *NS) CreateTap(name string, owner int, multiQueue, vnetHdr bool) (netlink.Link, error) {
+func (n *NS) CreateTap(t Tap) (netlink.Link, error) {
+	name := t.Name
 	if name == "" || len(name) > 15 {
 		return nil, fmt.Errorf("create tap %q in netns %q: a device name has 1 to 15 characters", name, n.name)
 	}
-	if owner < 0 {
-		return nil, fmt.Errorf("create tap %q in netns %q: negative owner uid %d", name, n.name, owner)
+	if t.Owner < 0 || t.Group < 0 {
+		return nil, fmt.Errorf("create tap %q in netns %q: negative owner uid %d or group %d", name, n.name, t.Owner, t.Group)
 	}
 	flags := netlink.TUNTAP_NO_PI
-	if multiQueue {
+	if t.MultiQueue {
 		flags |= netlink.TUNTAP_MULTI_QUEUE
 	}
-	if vnetHdr {
+	if t.VnetHdr {
 		flags |= netlink.TUNTAP_VNET_HDR
 	}
 	tap := &netlink.Tuntap{
 		LinkAttrs: netlink.LinkAttrs{Name: name},
 		Mode:      netlink.TUNTAP_MODE_TAP,
 		Flags:     flags,
-		Owner:     uint32(owner),
+		Owner:     uint32(t.Owner),
+		Group:     uint32(t.Group),
 	}
 	var link netlink.Link
 	err := n.Do(func() error {

@@ -267,7 +267,7 @@ func TestCreateTap(t *testing.T) {
 	ns := create(t)
 	name := "asbt" + hex.EncodeToString(sha256Sum(ns.Name())[:4])
 
-	link, err := ns.CreateTap(name, 1000, true, true)
+	link, err := ns.CreateTap(Tap{Name: name, Owner: 1000, Group: 1001, MultiQueue: true, VnetHdr: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,8 +281,8 @@ func TestCreateTap(t *testing.T) {
 	if tap.Flags&netlink.TUNTAP_VNET_HDR == 0 || tap.Flags&netlink.TUNTAP_MULTI_QUEUE == 0 || tap.Flags&netlink.TUNTAP_NO_PI == 0 {
 		t.Errorf("flags = %v, want vnet_hdr, multi_queue, no_pi", tap.Flags)
 	}
-	if tap.Owner != 1000 {
-		t.Errorf("owner = %d, want 1000", tap.Owner)
+	if tap.Owner != 1000 || tap.Group != 1001 {
+		t.Errorf("owner %d group %d, want 1000 and 1001", tap.Owner, tap.Group)
 	}
 
 	h, err := ns.Handle()
@@ -323,7 +323,7 @@ func TestCreateTap(t *testing.T) {
 		t.Errorf("no root tbf on %s: %v", name, qs)
 	}
 
-	if _, err := ns.CreateTap("a-name-longer-than-15", 0, false, false); err == nil {
+	if _, err := ns.CreateTap(Tap{Name: "a-name-longer-than-15"}); err == nil {
 		t.Error("CreateTap accepted a 21-character name")
 	}
 }

@@ -365,10 +365,7 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 		return res, err
 	}
 	for _, tap := range ri.Taps {
-		if _, err := sb.NS.CreateTap(tap, hvUID, ri.TapMultiQueue, ri.TapVnetHdr); err != nil {
-			return res, fmt.Errorf("create tap %q in netns %q: %w", tap, nsName, err)
-		}
-		if err := setTapGroup(sb.NS, tap, HypervisorGID, ri.TapMultiQueue, ri.TapVnetHdr); err != nil {
+		if _, err := sb.NS.CreateTap(netns.Tap{Name: tap, Owner: hvUID, Group: HypervisorGID, MultiQueue: ri.TapMultiQueue, VnetHdr: ri.TapVnetHdr}); err != nil {
 			return res, err
 		}
 	}
