@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -70,14 +71,11 @@ const (
 	StatusOOM       Status = "oom"       // the step's cgroup killed it for memory
 )
 
-// Usage is what the step's cgroup measured.
-type Usage struct {
-	PeakMemoryBytes int64         `json:"peakMemoryBytes"`
-	CPUTime         time.Duration `json:"cpuTimeNs"`
-	PidsPeak        int64         `json:"pidsPeak"`
-	OOMKills        int64         `json:"oomKills"`
-	ThrottledTime   time.Duration `json:"throttledNs"`
-}
+// Usage is what the step's cgroup measured. The type lives in
+// vmrunner/cgroup, which measures it and imports nothing above it; the
+// alias keeps StepResult's callers (the backends, the sandbox, the engine,
+// the fake) spelling it vmrunner.Usage.
+type Usage = cgroup.Usage
 
 // StepResult is a finished step as the host saw it.
 type StepResult struct {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/jobfs"
+	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
 // What every backend shares about a step on the host.
@@ -35,6 +37,20 @@ func pathPart(s string) string {
 		return "_"
 	}
 	return b.String()
+}
+
+// ThrottleWorkspace sets l's IO rates from r's ioRead and ioWrite on the
+// block device holding workspace, which deviceOf finds (cgroup.DeviceOf;
+// tests pass a fake); it does nothing when r sets neither. A workspace on no
+// block device cannot be throttled: the error says what to change in the
+// workflow or the host.
+func ThrottleWorkspace(l *cgroup.Limits, r workflow.Resources, workspace string, deviceOf func(string) (cgroup.Device, error)) error {
+	if err := cgroup.ThrottleWorkspace(l, r.IOReadBps, r.IOWriteBps, workspace, deviceOf); err != nil {
+		return fmt.Errorf("throttle disk IO of the workspace %s (ioRead %s, ioWrite %s): the kernel throttles block devices only, and none was found under this path (tmpfs, overlayfs and btrfs have none to name): %w; "+
+			"put the workspace on a disk (for apply: a --state-dir on a disk) or remove the step's ioRead and ioWrite",
+			workspace, workflow.FormatIORate(r.IOReadBps), workflow.FormatIORate(r.IOWriteBps), err)
+	}
+	return nil
 }
 
 // ErrEgressUnsupported is returned for a step that asks for network egress.

@@ -46,7 +46,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/cgroups/v3/cgroup2"
 )
@@ -122,7 +121,7 @@ type backend interface {
 	dirs() []string // the group's directory in every hierarchy
 	add(pid int) error
 	fd() (*os.File, error)
-	usage() (u vmrunner.Usage, pidsCurrent int64, err error)
+	usage() (u Usage, pidsCurrent int64, err error)
 	procs() ([]int, error)
 	kill() error
 	remove() error // the group's own directories; it must be empty
@@ -306,10 +305,10 @@ func (g *Group) Pids() ([]int, error) {
 // kernel has that file; otherwise it is the highest pids.current any Usage
 // call on this Group has seen, so call Usage periodically for a useful
 // figure there.
-func (g *Group) Usage() (vmrunner.Usage, error) {
+func (g *Group) Usage() (Usage, error) {
 	u, cur, err := g.b.usage()
 	if err != nil {
-		return vmrunner.Usage{}, fmt.Errorf("read usage of cgroup %s: %w", g.path, err)
+		return Usage{}, fmt.Errorf("read usage of cgroup %s: %w", g.path, err)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

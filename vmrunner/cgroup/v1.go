@@ -9,7 +9,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -284,8 +283,8 @@ func (g *v1) procs() ([]int, error) {
 	return out, nil
 }
 
-func (g *v1) usage() (vmrunner.Usage, int64, error) {
-	var u vmrunner.Usage
+func (g *v1) usage() (Usage, int64, error) {
+	var u Usage
 	if g.stat == nil {
 		return u, 0, fmt.Errorf("%w: %s", cgroup1.ErrCgroupDeleted, g.rel)
 	}

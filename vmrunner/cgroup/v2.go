@@ -9,7 +9,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
 )
@@ -128,8 +127,8 @@ func (g *v2) procs() ([]int, error) {
 	return out, nil
 }
 
-func (g *v2) usage() (vmrunner.Usage, int64, error) {
-	var u vmrunner.Usage
+func (g *v2) usage() (Usage, int64, error) {
+	var u Usage
 	m, err := g.m.StatFiltered(cgroup2.StatPids | cgroup2.StatCPU | cgroup2.StatMemory | cgroup2.StatMemoryEvents)
 	if err != nil {
 		return u, 0, err

@@ -95,7 +95,7 @@ func Limits(r workflow.Resources, workspace string, deviceOf func(string) (cgrou
 	if r.PIDs > 0 {
 		l.PIDs = int64(r.PIDs) + InitPIDs
 	}
-	if err := cgroup.ThrottleWorkspace(&l, r, workspace, deviceOf); err != nil {
+	if err := vmrunner.ThrottleWorkspace(&l, r, workspace, deviceOf); err != nil {
 		return cgroup.Limits{}, err
 	}
 	return l, nil

@@ -188,7 +188,7 @@ func Limits(r workflow.Resources, workspace string, deviceOf func(string) (cgrou
 	}
 	// The hypervisor serves the guest's 9p workspace share: its IO to that
 	// disk is the step's.
-	if err := cgroup.ThrottleWorkspace(&l, r, workspace, deviceOf); err != nil {
+	if err := vmrunner.ThrottleWorkspace(&l, r, workspace, deviceOf); err != nil {
 		return cgroup.Limits{}, err
 	}
 	return l, nil

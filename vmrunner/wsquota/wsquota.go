@@ -9,7 +9,7 @@
 // Why this mechanism (docs/isolation.md, "Workspace quota", has the long
 // form):
 //   - A tmpfs has no block device, so the step's ioRead/ioWrite could not be
-//     throttled (cgroup.ThrottleWorkspace), and its pages are charged to the
+//     throttled (vmrunner.ThrottleWorkspace), and its pages are charged to the
 //     step's memory: a job with disk 10GiB and memory 512MiB would be
 //     OOM-killed instead of seeing ENOSPC.
 //   - Project quotas need the host's filesystem mounted with prjquota (ext4,

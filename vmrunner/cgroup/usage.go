@@ -1,0 +1,12 @@
+package cgroup
+
+import "time"
+
+// Usage is what a group measured: the step's usage in vmrunner.StepResult.
+type Usage struct {
+	PeakMemoryBytes int64         `json:"peakMemoryBytes"`
+	CPUTime         time.Duration `json:"cpuTimeNs"`
+	PidsPeak        int64         `json:"pidsPeak"`
+	OOMKills        int64         `json:"oomKills"`
+	ThrottledTime   time.Duration `json:"throttledNs"`
+}
