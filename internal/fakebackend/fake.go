@@ -91,23 +91,16 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (vmrunner.Ste
 	// The host reads the job's status from result.json, as the real
 	// backends do, with the same bounds.
 	r, ok, err := vmrunner.ReadResult(spec.ControlDir)
-	if !ok {
-		res.Status = vmrunner.StatusFailed
-		res.Detail = fmt.Sprintf("no result: %v", err)
-		return res, nil
+	res.Result, res.HasResult = r, ok
+	if ok {
+		res.Usage.CPUTime = time.Duration(r.Rusage.UserMS+r.Rusage.SystemMS) * time.Millisecond
+		res.Usage.PeakMemoryBytes = r.Rusage.MaxRSSKiB * 1024
 	}
-	res.Result, res.HasResult = r, true
-	res.Usage.CPUTime = time.Duration(r.Rusage.UserMS+r.Rusage.SystemMS) * time.Millisecond
-	res.Usage.PeakMemoryBytes = r.Rusage.MaxRSSKiB * 1024
-	switch {
-	case r.TimedOut:
-		res.Status = vmrunner.StatusTimeout
-	case r.Succeeded():
-		res.Status = vmrunner.StatusSucceeded
-	default:
-		res.Status = vmrunner.StatusFailed
-		res.Detail = r.Error
-	}
+	// There is no cgroup, console or host deadline: the result, or its
+	// absence, decides by the real backends' rule.
+	res.Status, res.Detail = vmrunner.Classify(vmrunner.Facts{
+		Result: r, HasResult: ok, ResultErr: err, TimeoutMS: job.TimeoutMS,
+	})
 	return res, nil
 }
 

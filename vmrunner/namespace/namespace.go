@@ -266,7 +266,7 @@ func prepareDirs(spec vmrunner.StepSpec) error {
 }
 
 // wait waits for the jail with the host's deadline and turns what it sees
-// into the step's result.
+// into the step's result (vmrunner.Classify decides its status).
 func wait(ctx context.Context, sb *sandbox.Sandbox, spec vmrunner.StepSpec, res vmrunner.StepResult) (vmrunner.StepResult, error) {
 	var timeout time.Duration
 	if ms := job(spec).TimeoutMS; ms > 0 {
@@ -277,30 +277,24 @@ func wait(ctx context.Context, sb *sandbox.Sandbox, spec vmrunner.StepSpec, res 
 	if err != nil {
 		return res, err
 	}
-	usage := x.Usage
 	result, hasResult, rerr := vmrunner.ReadResult(spec.ControlDir)
 	res.Result, res.HasResult = result, hasResult
-	switch {
-	case usage.OOMKills > 0:
-		res.Status = vmrunner.StatusOOM
-		res.Detail = fmt.Sprintf("killed for memory: %d OOM kill(s) at the %d-byte limit", usage.OOMKills, spec.Step.Resources.Memory)
-	case x.HostTimeout || (hasResult && result.TimedOut):
-		res.Status = vmrunner.StatusTimeout
-		res.Detail = fmt.Sprintf("ran past its %d ms timeout", job(spec).TimeoutMS)
-		if x.HostTimeout {
-			res.Detail += "; the host killed the jail's cgroup"
-		}
-	case hasResult && result.Succeeded():
-		res.Status = vmrunner.StatusSucceeded
-	default:
-		res.Status = vmrunner.StatusFailed
-		if rerr != nil {
-			res.Detail = fmt.Sprintf("the jail ended without a result (%v; %v)", rerr, x.Err)
-		} else {
-			res.Detail = sandbox.Detail(result)
-		}
-	}
+	res.Status, res.Detail = vmrunner.Classify(vmrunner.Facts{
+		Result: result, HasResult: hasResult, ResultErr: rerr,
+		Usage: x.Usage, MemoryLimit: spec.Step.Resources.Memory,
+		TimeoutMS: job(spec).TimeoutMS, HostTimeout: x.HostTimeout,
+		Exit:  x.Err,
+		Words: jailWords,
+	})
 	return res, nil
+}
+
+// jailWords name the jail in a step's detail.
+var jailWords = vmrunner.Words{
+	Stopped: "the host killed the jail's cgroup",
+	NoResult: func(rerr, exit error) string {
+		return fmt.Sprintf("the jail ended without a result (%v; %v)", rerr, exit)
+	},
 }
 
 // GC removes what the state files in stateDir list for applies that are no

@@ -29,7 +29,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
@@ -201,19 +200,6 @@ loop:
 		return x, cancelled
 	}
 	return x, err
-}
-
-// Detail says how a job that left result failed: its error, the signal
-// that killed it or its exit status.
-func Detail(result guest.Result) string {
-	switch {
-	case result.Error != "":
-		return result.Error
-	case result.Signal != "":
-		return "killed by " + result.Signal
-	default:
-		return fmt.Sprintf("exit status %d", result.ExitCode)
-	}
 }
 
 // Cleanup removes everything in reverse order of creation — the jail

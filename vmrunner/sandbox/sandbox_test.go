@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
@@ -123,21 +122,6 @@ func TestMkdirFailureRegistersNothing(t *testing.T) {
 	}
 	if !exists(base) {
 		t.Error("Cleanup removed a directory Mkdir did not create")
-	}
-}
-
-func TestDetail(t *testing.T) {
-	for _, tc := range []struct {
-		r    guest.Result
-		want string
-	}{
-		{guest.Result{Error: "exec: not found", ExitCode: 127}, "exec: not found"},
-		{guest.Result{Signal: "SIGKILL", ExitCode: 137}, "killed by SIGKILL"},
-		{guest.Result{ExitCode: 3}, "exit status 3"},
-	} {
-		if got := Detail(tc.r); got != tc.want {
-			t.Errorf("Detail(%+v) = %q, want %q", tc.r, got, tc.want)
-		}
 	}
 }
 

@@ -22,8 +22,10 @@
 // (bin/microvm-shutdown, else QMP system_powerdown), then quits qemu over
 // QMP, then kills the cgroup.
 //
-// The step's status comes from result.json only; a guest that ends without
-// one failed ("guest panicked" when the console showed a kernel panic).
+// The step's status follows vmrunner.Classify: an OOM kill of the
+// hypervisor makes it oom, else result.json decides; a guest that ends
+// without one failed ("guest panicked" when the console showed a kernel
+// panic), or timed out when the host stopped it.
 // Everything is removed on every way out, including a cancelled context.
 //
 // KVM is used when the probe (ProbeKVM) shows it works, otherwise TCG with
@@ -835,32 +837,30 @@ func (b *Backend) wait(ctx context.Context, r *run, ri RunnerInfo, spec vmrunner
 	if !started && !hasResult && !hostTimeout && usage.OOMKills == 0 {
 		return res, &StartError{Accel: res.Accel, What: fmt.Sprintf("the hypervisor ended (%s) before the guest started it", exitText(x.Err)), ConsoleTail: con.tail()}
 	}
-	switch {
-	case usage.OOMKills > 0 && !hasResult:
-		res.Status = vmrunner.StatusOOM
-		res.Detail = fmt.Sprintf("the hypervisor was killed for memory: %d OOM kill(s) at the %d-byte limit", usage.OOMKills, hypervisorMemory(spec.Step.Resources))
-	case hostTimeout && !hasResult:
-		res.Status = vmrunner.StatusTimeout
-		res.Detail = fmt.Sprintf("the guest did not finish within the step's %d ms timeout plus %v for boot; the host stopped the VM", hostTimeoutMS(spec), b.opts.BootAllowance)
-	case hasResult && result.TimedOut:
-		res.Status = vmrunner.StatusTimeout
-		res.Detail = fmt.Sprintf("ran past its %d ms timeout", job(spec).TimeoutMS)
-	case hasResult && result.Succeeded():
-		res.Status = vmrunner.StatusSucceeded
-	default:
-		res.Status = vmrunner.StatusFailed
-		switch {
-		case !hasResult && panicked:
-			res.Detail = "guest panicked"
-		case !hasResult && errors.Is(rerr, fs.ErrNotExist):
-			res.Detail = fmt.Sprintf("guest powered off without a result (hypervisor: %v)", exitText(x.Err))
-		case !hasResult:
-			res.Detail = fmt.Sprintf("guest left no readable result: %v", rerr)
-		default:
-			res.Detail = sandbox.Detail(result)
-		}
-	}
+	res.Status, res.Detail = vmrunner.Classify(vmrunner.Facts{
+		Result: result, HasResult: hasResult, ResultErr: rerr,
+		Usage: usage, MemoryLimit: hypervisorMemory(spec.Step.Resources),
+		TimeoutMS: job(spec).TimeoutMS, HostTimeout: hostTimeout,
+		Panicked: panicked,
+		Exit:     x.Err,
+		Words:    b.words(spec),
+	})
 	return res, nil
+}
+
+// words name the VM in a step's detail.
+func (b *Backend) words(spec vmrunner.StepSpec) vmrunner.Words {
+	return vmrunner.Words{
+		Killed:   "the hypervisor",
+		Stopped:  "the host stopped the VM",
+		Deadline: fmt.Sprintf("the guest did not finish within the step's %d ms timeout plus %v for boot", hostTimeoutMS(spec), b.opts.BootAllowance),
+		NoResult: func(rerr, exit error) string {
+			if errors.Is(rerr, fs.ErrNotExist) {
+				return fmt.Sprintf("guest powered off without a result (hypervisor: %v)", exitText(exit))
+			}
+			return fmt.Sprintf("guest left no readable result: %v", rerr)
+		},
+	}
 }
 
 // hostTimeoutMS is the timeout the host enforces: the step's, else the
