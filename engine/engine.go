@@ -1,8 +1,31 @@
-// Package engine runs one workflow end to end: it resolves each step's
-// isolation, realises what needs Nix, fetches the inputs, runs the steps in
-// DAG order on their backends, stores logs and outputs in the blob store, and
-// writes the execution record. The CLI's apply command is a thin layer over
-// Run; tests drive Run with the fake backend.
+// Package engine runs one workflow end to end. It is the entry point the
+// CLI's apply command and the coming server share; each is a thin caller.
+//
+//	res, err := engine.Run(ctx, w, engine.Options{Policy: p, Backends: ..., Events: fn, ...})
+//
+// Run goes through these phases in order, and nothing runs unadmitted:
+//
+//  1. resolve: Resolve decides every step's isolation (Options.Isolation,
+//     the step's own, the auto rule) from the host's facts;
+//  2. admit: Options.Policy (required; policy.Load gives one) is evaluated
+//     on that resolved plan and Host.Policy(). The decision is an
+//     EventAdmitted event; a denial is a *policy.DeniedError, and nothing
+//     is created or recorded;
+//  3. refuse what this host cannot run (network egress, packages without
+//     Nix, a level without a backend);
+//  4. realise what needs Nix, fetch and check the inputs;
+//  5. schedule the steps in DAG order on their backends: for each, the
+//     engine assembles the workspace and writes job.json, the one copy the
+//     agent reads and the record's jobDigest hashes;
+//  6. store logs and outputs in the blob store, and write the execution
+//     record, which embeds the decision.
+//
+// Progress comes through the Options.Events callback (phases, warnings,
+// the decision, each step's start, console lines and end); the outcome is
+// the returned *Result, whenever a record was written. Cancelling ctx
+// stops the run: the steps are stopped, everything the run created is
+// removed, and a record of what it did is still written. Tests drive Run
+// with internal/fakebackend.
 package engine
 
 import (
@@ -48,8 +71,12 @@ type Options struct {
 	// Realise builds the closures of the steps that need Nix. Nil: no Nix.
 	Realise RealiseFunc
 	// Fetch places a workflow input into dir and reports its digest.
-	Fetch       FetchFunc
-	Decision    *policy.Decision
+	Fetch FetchFunc
+	// Policy admits the run: Run evaluates it on the workflow with every
+	// step's isolation resolved (Resolve) and the host's facts
+	// (Host.Policy), before anything is built or run. Required: without
+	// it Run fails with ErrNoPolicy.
+	Policy      Policy
 	ToolVersion string
 	Parent      *record.ID
 	Events      func(Event)
@@ -91,8 +118,19 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 		emit = func(Event) {}
 	}
 	started := time.Now().UTC()
-	steps, err := resolve(w, o)
+	plan, err := Resolve(w, o.Isolation, o.Host.Policy())
 	if err != nil {
+		return nil, err
+	}
+	decision, err := admit(ctx, o, plan, emit)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSeccompAllow(decision); err != nil {
+		return nil, err
+	}
+	steps := plan.Steps
+	if err := refuse(steps, o); err != nil {
 		return nil, err
 	}
 	runID, err := newRunID()
@@ -109,7 +147,7 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
 
-	r := &run{o: o, w: w, emit: emit, runID: runID, runDir: runDir, steps: steps, quotas: quotas,
+	r := &run{o: o, w: w, emit: emit, runID: runID, runDir: runDir, steps: steps, decision: decision, quotas: quotas,
 		realised: map[string]Realised{}, inputDirs: map[string]string{}}
 	rec := &record.Record{
 		Version:     record.Version,
@@ -117,15 +155,10 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 		Host:        o.Host.Record(),
 		Started:     started,
 		Parent:      o.Parent,
+		Policy:      policyRecord(decision),
 	}
 	if err := r.pinWorkflow(rec); err != nil {
 		return nil, err
-	}
-	if o.Decision != nil {
-		rec.Policy = policyRecord(o.Decision)
-		if err := checkSeccompAllow(o.Decision); err != nil {
-			return nil, err
-		}
 	}
 
 	runErr := r.prepare(ctx, rec)
@@ -171,6 +204,8 @@ type run struct {
 	runID  string
 	runDir string
 	steps  []workflow.Step // isolation resolved
+	// decision is the policy's admission of the resolved plan.
+	decision *policy.Decision
 
 	mu        sync.Mutex
 	realised  map[string]Realised
@@ -317,7 +352,7 @@ func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepRes
 		RunID: r.runID, Step: step, Job: job,
 		Workspace: dirs.Workspace, ControlDir: dirs.Control,
 		ClosurePaths: storePaths(real.Closure), EnvPath: real.EnvPath, Runner: real.Runner,
-		Console: console, SeccompAllow: r.o.Decision.SeccompAllowFor(step.Name),
+		Console: console, SeccompAllow: r.decision.SeccompAllowFor(step.Name),
 	})
 	console.Flush()
 	if err != nil {

@@ -3,6 +3,7 @@ package engine
 import (
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 )
 
@@ -10,6 +11,7 @@ import (
 type EventKind string
 
 const (
+	EventAdmitted EventKind = "admitted" // the policy decided on the resolved plan: Decision holds its warnings and denials
 	EventPhase    EventKind = "phase"    // a run-level phase began: Line names it (realise, fetch, run, record)
 	EventWarning  EventKind = "warning"  // Line is a warning for the user
 	EventStarted  EventKind = "started"  // Step began running
@@ -25,4 +27,6 @@ type Event struct {
 	Step   string               `json:"step,omitempty"`
 	Line   string               `json:"line,omitempty"`
 	Result *vmrunner.StepResult `json:"result,omitempty"`
+	// Decision is the admission decision of an EventAdmitted.
+	Decision *policy.Decision `json:"decision,omitempty"`
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/inputs"
 	"github.com/agentsandbox/agentsandbox/internal/fakebackend"
+	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/workflow"
@@ -79,7 +80,7 @@ func newFixture(t *testing.T, text string) *fixture {
 	return &fixture{dir: dir, store: store, path: path, w: w, raw: raw}
 }
 
-func (f *fixture) options(b vmrunner.Backend, events func(Event)) Options {
+func (f *fixture) options(t testing.TB, b vmrunner.Backend, events func(Event)) Options {
 	fetcher := &inputs.Fetcher{Store: f.store, Limits: inputs.DefaultLimits}
 	return Options{
 		WorkflowPath: f.path, WorkflowBytes: f.raw, Jobs: 2,
@@ -89,15 +90,40 @@ func (f *fixture) options(b vmrunner.Backend, events func(Event)) Options {
 			got, err := fetcher.Fetch(ctx, in, filepath.Dir(f.path), filepath.Join(dir, "content"))
 			return got.Input, got.Path, err
 		},
+		Policy:      defaultPolicy(t),
 		ToolVersion: "test", Events: events,
 	}
+}
+
+// policyWithData is the built-in policy with the JSON data over its own.
+func policyWithData(t testing.TB, data string) *policy.Engine {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "data.json")
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e, err := policy.Load(context.Background(), policy.Options{DataFiles: []string{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// defaultPolicy is the built-in admission policy.
+func defaultPolicy(t testing.TB) *policy.Engine {
+	t.Helper()
+	e, err := policy.Load(context.Background(), policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
 
 func TestRunPassesOutputsAndRecords(t *testing.T) {
 	f := newFixture(t, pipelineYAML)
 	var mu sync.Mutex
 	var logs []string
-	res, err := Run(context.Background(), f.w, f.options(fakebackend.New(), func(e Event) {
+	res, err := Run(context.Background(), f.w, f.options(t, fakebackend.New(), func(e Event) {
 		if e.Kind == EventLog {
 			mu.Lock()
 			logs = append(logs, e.Step+": "+e.Line)
@@ -149,7 +175,7 @@ func TestRunPassesOutputsAndRecords(t *testing.T) {
 func TestRunFailureSkipsDependentsAndMissingOutputFails(t *testing.T) {
 	text := strings.Replace(pipelineYAML, "echo scratch > scratch.txt", "rm -f double.txt", 1)
 	f := newFixture(t, text)
-	res, err := Run(context.Background(), f.w, f.options(fakebackend.New(), nil))
+	res, err := Run(context.Background(), f.w, f.options(t, fakebackend.New(), nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +195,7 @@ func TestRunInfrastructureErrorIsRecorded(t *testing.T) {
 	f := newFixture(t, pipelineYAML)
 	b := fakebackend.New()
 	b.Fail = map[string]error{"double": errors.New("jail broke")}
-	res, err := Run(context.Background(), f.w, f.options(b, nil))
+	res, err := Run(context.Background(), f.w, f.options(t, b, nil))
 	if err == nil || !strings.Contains(err.Error(), "jail broke") {
 		t.Fatalf("err = %v", err)
 	}
@@ -185,7 +211,11 @@ func TestRunRefusesEgress(t *testing.T) {
 	text := strings.Replace(pipelineYAML, "    resources: {timeout: 30s}\n", "    network: {allow: [\"10.1.2.3:443\"]}\n    resources: {timeout: 30s}\n", 1)
 	f := newFixture(t, text)
 	b := fakebackend.New()
-	_, err := Run(context.Background(), f.w, f.options(b, nil))
+	o := f.options(t, b, nil)
+	// The default policy denies egress on a namespace step; with data
+	// that allows it, the run still refuses egress, which is not there yet.
+	o.Policy = policyWithData(t, `{"agentsandbox": {"allow_namespace_egress": true}}`)
+	_, err := Run(context.Background(), f.w, o)
 	if !errors.Is(err, vmrunner.ErrEgressUnsupported) || !strings.Contains(err.Error(), "not supported yet") {
 		t.Fatalf("err = %v", err)
 	}

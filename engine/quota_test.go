@@ -99,7 +99,7 @@ func TestRootQuotaInPipeline(t *testing.T) {
 	f := newFixture(t, quotaYAML)
 	var mu sync.Mutex
 	logs := map[string]string{}
-	o := f.options(fakebackend.New(), func(e Event) {
+	o := f.options(t, fakebackend.New(), func(e Event) {
 		if e.Kind == EventLog {
 			mu.Lock()
 			logs[e.Step] += e.Line + "\n"

@@ -15,41 +15,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
-	"github.com/agentsandbox/agentsandbox/workflow"
 )
-
-// resolve fixes each step's isolation: the override, else the step's own;
-// auto becomes vm where Nix and a working KVM are present (and nixpkgs is
-// pinned, since a VM is a NixOS system), else namespace. Egress is refused
-// here, before anything runs: the allowlist is not implemented yet, and a
-// step must never get open network by accident.
-func resolve(w *workflow.Workflow, o Options) ([]workflow.Step, error) {
-	steps := make([]workflow.Step, len(w.Steps))
-	for i, s := range w.Steps {
-		iso := s.Isolation
-		if o.Isolation != "" {
-			iso = o.Isolation
-		}
-		if iso == workflow.IsolationAuto || iso == "" {
-			iso = workflow.IsolationNamespace
-			if o.Host.Nix && o.Host.KVMUsable && w.Nixpkgs != nil && o.Backends[workflow.IsolationVM] != nil {
-				iso = workflow.IsolationVM
-			}
-		}
-		s.Isolation = iso
-		if s.Network.HasEgress() {
-			return nil, fmt.Errorf("step %q: network.allow %q: %w", s.Name, s.Network.Allow, vmrunner.ErrEgressUnsupported)
-		}
-		if iso == workflow.IsolationNamespace && len(s.Packages) > 0 && !o.Host.Nix {
-			return nil, fmt.Errorf("step %q lists packages %q, which need Nix, and Nix is not installed: %w", s.Name, s.Packages, ErrNoNix)
-		}
-		if o.Backends[iso] == nil {
-			return nil, fmt.Errorf("step %q: %s isolation is not available on this host%s", s.Name, iso, o.Host.why(iso))
-		}
-		steps[i] = s
-	}
-	return steps, nil
-}
 
 func runStatus(steps []record.Step, err error) record.Status {
 	if err != nil {

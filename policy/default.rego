@@ -4,7 +4,8 @@
 # docs/policy.md), so a team changes them with --policy-data instead of
 # forking this file.
 #
-# Input: {"workflow": <canonical workflow>, "host": <host facts>}.
+# Input: {"workflow": <canonical workflow, each step's isolation resolved>,
+# "host": <host facts>}.
 # Messages name the step (or input) and the field, so a person can fix the
 # workflow from the message alone.
 package agentsandbox
@@ -190,29 +191,17 @@ deny contains msg if {
 
 # ---- isolation -------------------------------------------------------------
 
-host_has_vm if {
-	input.host.kvm
-	input.host.nix
-}
-
-# namespace_isolations are the step isolations that mean a namespace jail on
-# this host: "auto" is vm where Nix and a working KVM are present, else
-# namespace.
-namespace_isolations := {"namespace"} if host_has_vm
-
-namespace_isolations := {"namespace", "auto"} if not host_has_vm
-
+# Each step's isolation is the one it runs with: the runner resolves auto
+# (and --isolation) before admission, from the facts in input.host and the
+# workflow's nixpkgs pin, so no rule here derives it again. A step that is
+# not a VM shares the host kernel: a namespace jail, or (only in an input
+# that was never resolved) auto, which may become one.
 deny contains msg if {
 	not cfg_allow_namespace_egress
 	some step in input.workflow.steps
-	step.isolation in namespace_isolations
+	step.isolation != "vm"
 	count(step.network.allow) > 0
-	msg := sprintf("step %q: network.allow gives egress to a step under %s; namespace isolation shares the host kernel, so this needs isolation vm or data.agentsandbox.allow_namespace_egress", [step.name, isolation_phrase[step.isolation]])
-}
-
-isolation_phrase := {
-	"namespace": "isolation namespace",
-	"auto": "isolation auto, which is namespace on this host (no KVM or no Nix)",
+	msg := sprintf("step %q: network.allow gives egress to a step under isolation %s; namespace isolation shares the host kernel, so this needs isolation vm or data.agentsandbox.allow_namespace_egress", [step.name, step.isolation])
 }
 
 # ---- warnings --------------------------------------------------------------

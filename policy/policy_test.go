@@ -164,9 +164,12 @@ func TestDefaultRules(t *testing.T) {
 		{name: "timeout at ceiling", allows: true, edit: func(w *workflow.Workflow) { step(w, "build").Resources.TimeoutMS = 24 * 3600 * 1000 }},
 		{name: "namespace with egress", edit: func(w *workflow.Workflow) { step(w, "build").Isolation = workflow.IsolationNamespace },
 			deny: []string{`step "build": network.allow gives egress to a step under isolation namespace; namespace isolation shares the host kernel, so this needs isolation vm or data.agentsandbox.allow_namespace_egress`}},
-		{name: "auto with egress on a host without kvm", host: nsHost, edit: func(w *workflow.Workflow) { step(w, "build").Isolation = workflow.IsolationAuto },
-			deny: []string{`step "build": network.allow gives egress to a step under isolation auto, which is namespace on this host (no KVM or no Nix); namespace isolation shares the host kernel, so this needs isolation vm or data.agentsandbox.allow_namespace_egress`}},
-		{name: "auto with egress on a kvm host", allows: true, edit: func(w *workflow.Workflow) { step(w, "build").Isolation = workflow.IsolationAuto }},
+		// The policy judges the resolved isolation (engine.Resolve): a vm
+		// step is a vm whatever the host says, and an auto the runner never
+		// resolved may still become a namespace jail.
+		{name: "vm with egress on a host without kvm", host: nsHost, allows: true, edit: func(w *workflow.Workflow) {}},
+		{name: "unresolved auto with egress on a kvm host", edit: func(w *workflow.Workflow) { step(w, "build").Isolation = workflow.IsolationAuto },
+			deny: []string{`step "build": network.allow gives egress to a step under isolation auto; namespace isolation shares the host kernel, so this needs isolation vm or data.agentsandbox.allow_namespace_egress`}},
 		{name: "namespace without egress", allows: true, edit: func(w *workflow.Workflow) { step(w, "test").Isolation = workflow.IsolationNamespace }},
 		{name: "no timeout", edit: func(w *workflow.Workflow) { step(w, "test").Resources.TimeoutMS = 0 },
 			warn: []string{`step "test": resources.timeoutMs is not set, so the step may run forever; set a timeout`}},

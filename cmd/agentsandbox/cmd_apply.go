@@ -17,6 +17,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/inputs"
 	"github.com/agentsandbox/agentsandbox/nixbuild"
+	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/namespace"
@@ -122,12 +123,14 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 	}
 
 	host := engine.ProbeHost(ctx, kvmProbeFor(opts.Accel))
-	decision, err := admit(ctx, opts.Policy, path, w, host.Policy(), stdio.Err)
+	// The engine admits what it runs: this policy, evaluated on the
+	// workflow with each step's resolved isolation.
+	pol, err := loadPolicy(ctx, opts.Policy, path)
 	if err != nil {
 		return err
 	}
 
-	var events progress
+	var events progress // made once the policy admits the run
 	var realise engine.RealiseFunc
 	if host.Nix {
 		nr := &engine.NixRealiser{
@@ -158,12 +161,28 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 	if !opts.JSON {
 		progressOut = stdio.Err // keep stdout for the summary and the record id
 	}
-	events = newProgress(progressOut, opts.JSON, names)
 	warn := func(line string) {
 		events.Event(engine.Event{Time: time.Now(), Kind: engine.EventWarning, Line: line})
 	}
-	if line := kvmWarning(w, iso, host, opts.Accel); line != "" {
-		warn(line)
+	// The engine admits the run before anything else happens. The policy's
+	// warnings go to stderr as "warning: MESSAGE"; a denied run shows
+	// nothing more (its messages are the error). An admitted run gets its
+	// progress display, and the host's warnings.
+	onEvent := func(e engine.Event) {
+		if e.Kind != engine.EventAdmitted {
+			events.Event(e)
+			return
+		}
+		for _, m := range e.Decision.Warn {
+			fmt.Fprintf(stdio.Err, "warning: %s\n", m)
+		}
+		if !e.Decision.Allowed() {
+			return
+		}
+		events = newProgress(progressOut, opts.JSON, names)
+		if line := kvmWarning(w, iso, host, opts.Accel); line != "" {
+			warn(line)
+		}
 	}
 	backends := map[workflow.Isolation]vmrunner.Backend{}
 	if host.Root {
@@ -177,10 +196,12 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 		Isolation: iso, Jobs: opts.Jobs, Host: host, Store: store,
 		RunRoot:  filepath.Join(store.Dir(), "runs"),
 		Backends: backends, Realise: realise, Fetch: fetch,
-		Decision: decision, ToolVersion: toolVersion(), Parent: parent,
-		Events: events.Event,
+		Policy: pol, ToolVersion: toolVersion(), Parent: parent,
+		Events: onEvent,
 	})
-	events.Close()
+	if events != nil {
+		events.Close()
+	}
 	if res != nil && !opts.JSON {
 		printSummary(stdio.Out, res)
 	}
@@ -199,7 +220,13 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 // applyExit sorts a stopped run's error into its exit status.
 func applyExit(err error) error {
 	var build *engine.BuildError
+	var denied *policy.DeniedError
+	var source *policy.SourceError
 	switch {
+	case errors.As(err, &denied):
+		return withExit(ExitDenied, err) // every message; warnings went first
+	case errors.As(err, &source):
+		return withExit(ExitInvalid, err) // a policy source that fails at evaluation
 	case errors.Is(err, seccomp.ErrNotRelaxable):
 		return withExit(ExitInvalid, err) // the policy data asks for it
 	case errors.Is(err, nixbuild.ErrBuildUsers):
@@ -275,12 +302,10 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-// kvmProbe is the per-boot cached KVM probe for microvm.nix's runners
+// kvmProbeFor is the per-boot cached KVM probe for microvm.nix's runners
 // (vm.MicrovmNixTarget: -cpu host): whether auto steps may be VMs, and
 // whether the realiser builds the KVM or the software-emulation runner.
-func kvmProbe(string) engine.KVMProbe { return kvmProbeFor("auto") }
-
-// kvmProbeFor is kvmProbe with --accel: a forced accelerator is not probed.
+// A forced accelerator (--accel, $AGENTSANDBOX_ACCEL) is not probed.
 func kvmProbeFor(accel string) engine.KVMProbe {
 	switch accel {
 	case "tcg":

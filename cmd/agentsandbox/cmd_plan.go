@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -74,14 +75,21 @@ func runPlan(ctx context.Context, stdio Stdio, opts planOptions, args []string) 
 		reportLoadError(stdio.Err, err)
 		return &silentError{code: exitCode(err)}
 	}
-	if _, err := admit(ctx, opts.policy, path, w, hostFacts(ctx), stdio.Err); err != nil {
+	// What apply would run here: each step's isolation resolved, and
+	// admitted as such.
+	host := hostFacts(ctx)
+	plan, err := engine.Resolve(w, "", host)
+	if err != nil {
+		return err
+	}
+	if _, err := admit(ctx, opts.policy, path, plan, host, stdio.Err); err != nil {
 		return err
 	}
 	p := planJSON{File: path, Name: w.Name, Hash: w.Hash(), Nixpkgs: w.Nixpkgs, Waves: [][]planStep{}}
-	for _, wave := range w.Waves() {
+	for _, wave := range plan.Waves() {
 		ws := make([]planStep, 0, len(wave))
 		for _, name := range wave {
-			s, _ := w.StepByName(name)
+			s, _ := plan.StepByName(name)
 			ws = append(ws, planStep{Name: s.Name, Needs: s.Needs, Resources: s.Resources, Network: s.Network,
 				Isolation: s.Isolation, Hypervisor: s.Hypervisor, Packages: s.Packages, Outputs: s.Outputs})
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -133,6 +134,11 @@ func runPolicyEval(ctx context.Context, stdio Stdio, opts policyEvalOptions, arg
 	}
 	host, err := evalHostFacts(ctx, opts.hostFacts)
 	if err != nil {
+		return err
+	}
+	// The rules judge what apply would run on that host: each step's
+	// isolation resolved.
+	if w, err = engine.Resolve(w, "", host); err != nil {
 		return err
 	}
 	if opts.printInput {

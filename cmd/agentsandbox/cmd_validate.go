@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/policy"
-	"github.com/agentsandbox/agentsandbox/record"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -63,7 +62,11 @@ func runValidate(ctx context.Context, stdio Stdio, opts validateOptions, args []
 			h := hostFacts(ctx)
 			host = &h
 		}
-		if _, err := admit(ctx, opts.Policy, path, w, *host, stdio.Err); err != nil {
+		plan, err := engine.Resolve(w, "", *host)
+		if err != nil {
+			return err
+		}
+		if _, err := admit(ctx, opts.Policy, path, plan, *host, stdio.Err); err != nil {
 			worst = max(worst, exitCode(err))
 			fmt.Fprintf(stdio.Err, "%s: %v\n", path, err)
 			continue
@@ -77,13 +80,11 @@ func runValidate(ctx context.Context, stdio Stdio, opts validateOptions, args []
 }
 
 // hostFacts are the host part of the policy input, probed the way apply
-// probes them so that validate, plan and apply reach the same decision.
+// probes them (KVM with the cached probe, or as $AGENTSANDBOX_ACCEL forces
+// it) so that validate, plan and apply resolve the same isolation
+// (engine.Resolve) and reach the same decision.
 func hostFacts(ctx context.Context) policy.Host {
-	dir := ""
-	if d, err := record.DefaultStateDir(); err == nil {
-		dir = d
-	}
-	return engine.ProbeHost(ctx, kvmProbe(dir)).Policy()
+	return engine.ProbeHost(ctx, kvmProbeFor(envOr(accelEnv, "auto"))).Policy()
 }
 
 // loadWorkflow reads, parses and validates the workflow at path; every

@@ -62,14 +62,26 @@ func (o policyOptions) options(wfPath string) policy.Options {
 	return opts
 }
 
-// admit runs policy admission for the workflow w read from wfPath on host.
-// It prints every warning to stderr as "warning: MESSAGE". A denial returns
-// the decision and a *policy.DeniedError listing every message (exit status
-// 3); mistakes in the policy sources exit with status 2.
-func admit(ctx context.Context, opts policyOptions, wfPath string, w *workflow.Workflow, host policy.Host, stderr io.Writer) (*policy.Decision, error) {
+// loadPolicy loads the policy for the workflow at wfPath: the flags' sources
+// and the workflow's own .agentsandbox/policy folder. Mistakes in the
+// sources exit with status 2.
+func loadPolicy(ctx context.Context, opts policyOptions, wfPath string) (*policy.Engine, error) {
 	e, err := policy.Load(ctx, opts.options(wfPath))
 	if err != nil {
 		return nil, policyExit(err)
+	}
+	return e, nil
+}
+
+// admit runs policy admission for the workflow w read from wfPath on host;
+// w is the resolved plan (engine.Resolve), so that validate and plan judge
+// what apply runs. It prints every warning to stderr as "warning: MESSAGE".
+// A denial returns the decision and a *policy.DeniedError listing every
+// message (exit status 3); mistakes in the policy sources exit with status 2.
+func admit(ctx context.Context, opts policyOptions, wfPath string, w *workflow.Workflow, host policy.Host, stderr io.Writer) (*policy.Decision, error) {
+	e, err := loadPolicy(ctx, opts, wfPath)
+	if err != nil {
+		return nil, err
 	}
 	d, err := e.Eval(ctx, w, host)
 	if err != nil {
@@ -78,10 +90,16 @@ func admit(ctx context.Context, opts policyOptions, wfPath string, w *workflow.W
 	for _, m := range d.Warn {
 		fmt.Fprintf(stderr, "warning: %s\n", m)
 	}
+	return d, admissionExit(d)
+}
+
+// admissionExit is nil for an allowed decision, else a *policy.DeniedError
+// listing every message, with exit status 3.
+func admissionExit(d *policy.Decision) error {
 	if !d.Allowed() {
-		return d, withExit(ExitDenied, &policy.DeniedError{Decision: d})
+		return withExit(ExitDenied, &policy.DeniedError{Decision: d})
 	}
-	return d, nil
+	return nil
 }
 
 // policyExit marks policy source mistakes as invalid input (exit status 2);

@@ -28,6 +28,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -42,6 +43,7 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/workflow"
@@ -184,6 +186,29 @@ func (o Options) Spec(t testing.TB, name string, command []string) vmrunner.Step
 		Workspace:  t.TempDir(),
 		ControlDir: t.TempDir(),
 	}
+}
+
+// Policy is the built-in admission policy, with data (when not nil) merged
+// over its own, for tests that run workflows through engine.Run.
+func Policy(t testing.TB, data map[string]any) *policy.Engine {
+	t.Helper()
+	var o policy.Options
+	if data != nil {
+		b, err := json.Marshal(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(t.TempDir(), "policy-data.json")
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		o.DataFiles = []string{f}
+	}
+	e, err := policy.Load(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
 
 // Sh is a Job command running script with sh -c.
@@ -456,6 +481,7 @@ func (s *suite) testHostileOutputsAndLogs(t *testing.T) {
 		Realise: func(context.Context, []workflow.Step) (map[string]engine.Realised, error) {
 			return map[string]engine.Realised{}, nil
 		},
+		Policy:      Policy(t, nil),
 		ToolVersion: "runnertest", LogLimit: hostileLogLimit,
 		Events: func(e engine.Event) {
 			if e.Kind == engine.EventLog {

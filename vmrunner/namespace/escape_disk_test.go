@@ -168,6 +168,7 @@ steps:
 		Host: engine.Host{Root: true}, Store: store, RunRoot: filepath.Join(root, "runs"),
 		HostStateDir: stateDir,
 		Backends:     map[workflow.Isolation]vmrunner.Backend{workflow.IsolationNamespace: be},
+		Policy:       runnertest.Policy(t, nil),
 		ToolVersion:  "test",
 		Events: func(e engine.Event) {
 			if e.Kind == engine.EventLog {

@@ -36,7 +36,6 @@ import (
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/runnertest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
-	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
@@ -461,7 +460,7 @@ steps:
 			Host: engine.Host{Root: true}, Store: store, RunRoot: filepath.Join(dir, "runs"),
 			Backends:    map[workflow.Isolation]vmrunner.Backend{workflow.IsolationNamespace: newBackend(t)},
 			ToolVersion: "escape-test",
-			Decision:    &policy.Decision{Deny: []string{}, Warn: []string{}, SeccompAllow: allow},
+			Policy:      runnertest.Policy(t, map[string]any{"agentsandbox": map[string]any{"seccomp": map[string]any{"allow": allow}}}),
 		})
 	}
 	res, err := run(map[string][]string{"perf": {"perf_event_open"}})

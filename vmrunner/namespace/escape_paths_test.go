@@ -80,6 +80,7 @@ func runPipeline(t *testing.T, text string, logLimit int64) *pipelineRun {
 		Host:  engine.Host{Root: true},
 		Store: store, RunRoot: filepath.Join(dir, "runs"),
 		Backends:    map[workflow.Isolation]vmrunner.Backend{workflow.IsolationNamespace: newBackend(t)},
+		Policy:      runnertest.Policy(t, nil),
 		ToolVersion: "escape-test", LogLimit: logLimit,
 		Events: func(e engine.Event) {
 			if e.Kind == engine.EventLog {

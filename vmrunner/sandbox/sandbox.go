@@ -32,6 +32,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
 )
 
@@ -39,7 +40,7 @@ import (
 // part is created; a nil field was not (yet) created.
 type Sandbox struct {
 	stateDir string
-	state    vmrunner.State
+	state    hoststate.State
 
 	NS     *netns.NS
 	Cgroup *cgroup.Group
@@ -49,13 +50,13 @@ type Sandbox struct {
 }
 
 // New names what the step runID/step will own: its netns
-// (netns.Name(runID, step)), its cgroup (vmrunner.CgroupPath(runID, step))
+// (hoststate.NetnsName(runID, step)), its cgroup (hoststate.CgroupPath(runID, step))
 // and dirs, the directories the backend will create, in stateDir's state
 // file. It creates nothing.
 func New(stateDir, runID, step string, dirs ...string) *Sandbox {
-	st := vmrunner.NewState(runID, step)
-	st.Netns = []string{netns.Name(runID, step)}
-	st.Cgroups = []string{vmrunner.CgroupPath(runID, step)}
+	st := hoststate.New(runID, step)
+	st.Netns = []string{hoststate.NetnsName(runID, step)}
+	st.Cgroups = []string{hoststate.CgroupPath(runID, step)}
 	st.Dirs = append([]string(nil), dirs...)
 	return &Sandbox{stateDir: stateDir, state: st}
 }
@@ -66,7 +67,7 @@ func (s *Sandbox) NetnsName() string { return s.state.Netns[0] }
 // Create writes the state file, then creates the netns and then the cgroup
 // with limits.
 func (s *Sandbox) Create(limits cgroup.Limits) error {
-	if err := vmrunner.WriteState(s.stateDir, s.state); err != nil {
+	if err := hoststate.Write(s.stateDir, s.state); err != nil {
 		return err
 	}
 	ns, err := netns.Create(s.state.Netns[0])
@@ -240,5 +241,5 @@ func (s *Sandbox) Cleanup() error {
 	if len(errs) > 0 {
 		return fmt.Errorf("clean up (run `agentsandbox gc` to retry): %w", errors.Join(errs...))
 	}
-	return vmrunner.RemoveState(s.stateDir, s.state)
+	return hoststate.Remove(s.stateDir, s.state)
 }

@@ -10,16 +10,16 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/netns"
-	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 )
 
 func TestNewNamesWhatTheStepOwns(t *testing.T) {
 	sb := New("/state", "run1", "build", "/a", "/b")
-	if got, want := sb.NetnsName(), netns.Name("run1", "build"); got != want {
+	if got, want := sb.NetnsName(), hoststate.NetnsName("run1", "build"); got != want {
 		t.Errorf("netns = %q, want %q", got, want)
 	}
-	if got, want := sb.state.Cgroups, []string{vmrunner.CgroupPath("run1", "build")}; !reflect.DeepEqual(got, want) {
+	if got, want := sb.state.Cgroups, []string{hoststate.CgroupPath("run1", "build")}; !reflect.DeepEqual(got, want) {
 		t.Errorf("cgroups = %q, want %q", got, want)
 	}
 	if got, want := sb.state.Dirs, []string{"/a", "/b"}; !reflect.DeepEqual(got, want) {
@@ -30,7 +30,7 @@ func TestNewNamesWhatTheStepOwns(t *testing.T) {
 // states lists the state files in dir.
 func states(t *testing.T, dir string) int {
 	t.Helper()
-	sts, err := vmrunner.ReadStates(dir)
+	sts, err := hoststate.Read(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestCleanupRemovesInReverseOrderThenTheStateFile(t *testing.T) {
 	stateDir, base := t.TempDir(), t.TempDir()
 	a, b := filepath.Join(base, "a"), filepath.Join(base, "b")
 	sb := New(stateDir, "run1", "build", a, b)
-	if err := vmrunner.WriteState(stateDir, sb.state); err != nil {
+	if err := hoststate.Write(stateDir, sb.state); err != nil {
 		t.Fatal(err)
 	}
 	var order []string
@@ -90,7 +90,7 @@ func TestCleanupFailureKeepsTheStateFile(t *testing.T) {
 	stateDir, base := t.TempDir(), t.TempDir()
 	a := filepath.Join(base, "a")
 	sb := New(stateDir, "run1", "build", a)
-	if err := vmrunner.WriteState(stateDir, sb.state); err != nil {
+	if err := hoststate.Write(stateDir, sb.state); err != nil {
 		t.Fatal(err)
 	}
 	if err := sb.Mkdir(a, "dir a"); err != nil {

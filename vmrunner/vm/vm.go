@@ -3,7 +3,7 @@
 // (bin/microvm-run), in the step's own network namespace and cgroup.
 //
 // Run, for one step, records in the step's state file and then creates: the
-// netns (netns.Name(run, step)) with the runner's taps
+// netns (hoststate.NetnsName(run, step)) with the runner's taps
 // (share/microvm/tap-interfaces, flags from tap-flags, owned by the
 // hypervisor's uid), the cgroup (/agentsandbox/RUN/STEP) sized for guest
 // memory plus MemoryOverhead, and the VM's own working directory, holding
@@ -54,6 +54,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/nixbuild"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
 	"github.com/agentsandbox/agentsandbox/vmrunner/sandbox"
 	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
@@ -119,7 +120,7 @@ const (
 
 // Options configure the backend; zero values take the defaults.
 type Options struct {
-	StateDir      string        // vmrunner.DefaultStateDir
+	StateDir      string        // hoststate.DefaultDir
 	WorkDir       string        // DefaultWorkDir
 	BootAllowance time.Duration // DefaultBootAllowance
 	ShutdownGrace time.Duration // DefaultShutdownGrace
@@ -147,7 +148,7 @@ type Backend struct {
 // New returns the vm backend.
 func New(opts Options) *Backend {
 	if opts.StateDir == "" {
-		opts.StateDir = vmrunner.DefaultStateDir
+		opts.StateDir = hoststate.DefaultDir
 	}
 	if opts.WorkDir == "" {
 		opts.WorkDir = DefaultWorkDir
@@ -352,9 +353,8 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 		return res, err
 	}
 
-	nsName := netns.Name(spec.RunID, name)
-	workDir := filepath.Join(b.opts.WorkDir, nsName)
-	rootDir := workDir + ".root"
+	workDir := hoststate.VMWorkDir(b.opts.WorkDir, spec.RunID, name)
+	rootDir := hoststate.VMRootDir(b.opts.WorkDir, spec.RunID, name)
 	hvUID := HypervisorUID(spec.Job.UID)
 	sb := sandbox.New(b.opts.StateDir, spec.RunID, name, workDir, rootDir)
 	r := &run{b: b, sb: sb, workDir: workDir}
