@@ -94,3 +94,50 @@ deny contains msg if {
 		t.Fatalf("with a broken team rule: exit %d, want %d\n%s", code, ExitInvalid, stderr)
 	}
 }
+
+// TestCommandsJudgeTheResolvedPlan: validate, plan and apply admit the
+// same plan, each step with the isolation it runs with here (the auto
+// step of plain is a namespace jail on a host without Nix or KVM, and
+// --isolation namespace makes it one anywhere), and apply prints every
+// warning and denial and exits with 3 as before, running nothing.
+func TestCommandsJudgeTheResolvedPlan(t *testing.T) {
+	t.Setenv(accelEnv, "tcg") // no KVM: auto is namespace whatever this host has
+	dir := t.TempDir()
+	p := writeWorkflow(t, dir, strings.Replace(plain, "resources: {timeout: 1m, memory: 3GiB}", "resources: {memory: 3GiB}", 1))
+	rules := filepath.Join(dir, ".agentsandbox", "policy")
+	if err := os.MkdirAll(rules, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rule := `package agentsandbox.team
+
+deny contains msg if {
+	some step in input.workflow.steps
+	step.isolation != "vm"
+	msg := sprintf("step %q: isolation %s; team rule: every step runs in a vm", [step.name, step.isolation])
+}
+`
+	if err := os.WriteFile(filepath.Join(rules, "team.rego"), []byte(rule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const deny = `deny: step "train": isolation namespace; team rule: every step runs in a vm`
+	const warn = "warning: step \"train\": resources.timeoutMs is not set, so the step may run forever; set a timeout\n"
+	state := filepath.Join(t.TempDir(), "state")
+	for _, args := range [][]string{
+		{"validate", p},
+		{"plan", p},
+		{"apply", "--state-dir", state, p},
+		{"apply", "--json", "--state-dir", state, p},
+		{"apply", "--isolation", "namespace", "--accel", "kvm", "--state-dir", state, p},
+	} {
+		code, stdout, stderr := execute(t, args...)
+		if code != ExitDenied || !strings.Contains(stderr, deny) || !strings.HasPrefix(stderr, warn) {
+			t.Errorf("%s: exit %d, want %d with the warning first and %q\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, ExitDenied, deny, stdout, stderr)
+		}
+		if args[0] == "apply" && stdout != "" {
+			t.Errorf("%s: a denied run printed %q", strings.Join(args, " "), stdout)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(state, "records")); len(ents) != 0 {
+		t.Errorf("denied runs left records: %v", ents)
+	}
+}
