@@ -214,10 +214,31 @@ func Policy(t testing.TB, data map[string]any) *policy.Engine {
 // Sh is a Job command running script with sh -c.
 func Sh(script string) []string { return []string{"sh", "-c", script} }
 
-// RunStep runs spec with a 60 s safety deadline and fails the test on an
-// infrastructure error.
+// WriteJob writes spec.Job to the control directory as job.json, as the
+// engine does before it hands a step to a backend (which never writes it),
+// with the step's timeout when the job has none, as the engine's job has.
+// Tests that drive a backend without the engine call it first; RunStep
+// does.
+func WriteJob(t testing.TB, spec vmrunner.StepSpec) {
+	t.Helper()
+	j := spec.Job
+	if j.TimeoutMS == 0 {
+		j.TimeoutMS = spec.Step.Resources.TimeoutMS
+	}
+	b, err := json.Marshal(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(spec.ControlDir, guest.JobFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// RunStep writes spec's job (WriteJob) and runs spec with a 60 s safety
+// deadline, and fails the test on an infrastructure error.
 func RunStep(t testing.TB, b vmrunner.Backend, spec vmrunner.StepSpec) vmrunner.StepResult {
 	t.Helper()
+	WriteJob(t, spec)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	res, err := b.Run(ctx, spec)
@@ -342,6 +363,7 @@ func (s *suite) testCancel(t *testing.T) {
 	spec := s.opts.Spec(t, "cancelled", Sh("echo started-and-waiting; sleep 60"))
 	console := NewConsole("started-and-waiting")
 	spec.Console = console
+	WriteJob(t, spec)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errc := make(chan error, 1)
