@@ -24,6 +24,8 @@
 //     re-exec'd sandbox init), vmrunner/seccomp (the default syscall
 //     filter, from Docker's profile), vmrunner/cgroup (quotas),
 //     vmrunner/wsquota (each workspace's own size-limited filesystem),
+//     vmrunner/hoststate (the names, state files and gc of what steps
+//     leave on the host, for both backends),
 //     vmrunner/sandbox (a step's host lifecycle), vmrunner/namespace and
 //     vmrunner/vm (the backends; vm also probes KVM).
 //   - netns: network namespaces, veth/tap, tc.

@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -176,6 +177,49 @@ func TestTestSupportOnlyInTests(t *testing.T) {
 		for _, imp := range p.Imports {
 			if matches(imp, testSupport) {
 				t.Errorf("%s imports test support %s: move what it needs into a product package, or the use into a _test.go file", p.ImportPath, imp)
+			}
+		}
+	}
+}
+
+// lowLevel lists packages low in the privileged edge and every package of
+// the module each may reach, directly or not. A type they share with the
+// packages above them (cgroup.Usage, the step's usage) lives in them, so
+// no callback or function pointer is needed to dodge a cycle.
+var lowLevel = []struct {
+	room    string // ./-relative package
+	allowed []string
+	why     string
+}{
+	{"vmrunner/cgroup", nil,
+		"cgroup imports nothing above it: the runner, the backends and the engine use it, never the other way"},
+	{"vmrunner/hoststate",
+		[]string{module + "/netns", module + "/vmrunner/cgroup", module + "/vmrunner/wsquota", module + "/internal/atomicfile"},
+		"the state, naming and gc room drives the mechanisms below it and imports no backend, sandbox or runner"},
+}
+
+// TestLowLevelImports enforces lowLevel.
+func TestLowLevelImports(t *testing.T) {
+	for _, l := range lowLevel {
+		for _, p := range goList(t, "./"+l.room) {
+			for _, d := range append(append([]string(nil), p.Imports...), p.Deps...) {
+				if (d == module || strings.HasPrefix(d, module+"/")) && !slices.Contains(l.allowed, d) {
+					t.Errorf("%s reaches %s: %s", p.ImportPath, d, l.why)
+				}
+			}
+		}
+	}
+}
+
+// TestHostStateImportsNoBackend: whatever else hoststate may come to
+// import, it never reaches a backend or the sandbox lifecycle (they call
+// it, for names, the state file and gc).
+func TestHostStateImportsNoBackend(t *testing.T) {
+	backends := []string{module + "/vmrunner/namespace", module + "/vmrunner/vm", module + "/vmrunner/sandbox", module + "/vmrunner/jail", module + "/internal/fakebackend"}
+	for _, p := range goList(t, "./vmrunner/hoststate") {
+		for _, d := range append(append([]string(nil), p.Imports...), p.Deps...) {
+			if matches(d, backends) || d == module+"/vmrunner" {
+				t.Errorf("%s reaches %s: the state package imports no backend", p.ImportPath, d)
 			}
 		}
 	}

@@ -48,6 +48,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -64,7 +65,7 @@ type Options struct {
 	// directories, generated flake); they are removed when the run ends.
 	RunRoot string
 	// HostStateDir holds the state files that list each workspace quota's
-	// mount and loop device for gc (vmrunner.DefaultStateDir when empty).
+	// mount and loop device for gc (hoststate.DefaultDir when empty).
 	HostStateDir string
 	// Backends by isolation level; a level without one cannot run here.
 	Backends map[workflow.Isolation]vmrunner.Backend
@@ -143,7 +144,7 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 	}
 	quotas := newQuotas(o.HostStateDir, runID, runDir)
 	defer quotas.removeRunDir(runDir)
-	if err := writeOwner(runDir, runID); err != nil {
+	if err := hoststate.WriteOwner(runDir, runID); err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
 

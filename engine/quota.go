@@ -9,14 +9,15 @@ import (
 	"sync"
 
 	"github.com/agentsandbox/agentsandbox/guest"
-	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 	"github.com/agentsandbox/agentsandbox/vmrunner/wsquota"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
 // ImageFile is the name of a step's workspace image, beside its workspace
-// and control directories (out of the job's reach on both backends).
-const ImageFile = "workspace.img"
+// and control directories (out of the job's reach on both backends); gc
+// (vmrunner/hoststate) knows a workspace quota by it.
+const ImageFile = hoststate.WorkspaceImage
 
 // quotas are the workspace filesystems (vmrunner/wsquota) of one run. Each
 // step's workspace gets one of resources.disk bytes before anything is
@@ -25,7 +26,7 @@ const ImageFile = "workspace.img"
 // workspace) its filesystem is released; what could not be released then
 // goes at the end of the run.
 type quotas struct {
-	stateDir  string // for the state files gc reads; vmrunner.DefaultStateDir when empty
+	stateDir  string // for the state files gc reads; hoststate.DefaultDir when empty
 	runID     string
 	templates *wsquota.Templates // one mkfs per kind of workspace in the run
 
@@ -43,17 +44,13 @@ func newQuotas(stateDir, runID, runDir string) *quotas {
 
 type quota struct {
 	q     *wsquota.Quota
-	state vmrunner.State
+	state hoststate.State
 }
 
 // enabled reports whether workspaces get quotas: when running as root,
 // which every isolating backend needs anyway. An unprivileged caller can
 // only run the fake backend, which isolates nothing.
 func (qs *quotas) enabled() bool { return os.Geteuid() == 0 }
-
-// stateName is the state's step: its own file, next to the step's
-// backend's (step names cannot hold a slash).
-func stateName(step string) string { return step + "/workspace" }
 
 // mount gives step's (empty) workspace directory ws its quota. The state
 // file lists the mount and the loop device before either exists.
@@ -63,25 +60,25 @@ func (qs *quotas) mount(ctx context.Context, step workflow.Step, ws string) erro
 	}
 	stateDir := qs.stateDir
 	if stateDir == "" {
-		stateDir = vmrunner.DefaultStateDir
+		stateDir = hoststate.DefaultDir
 	}
 	abs, err := filepath.Abs(ws)
 	if err != nil {
 		return err
 	}
-	st := vmrunner.NewState(qs.runID, stateName(step.Name))
+	st := hoststate.New(qs.runID, hoststate.QuotaStep(step.Name))
 	image := filepath.Join(filepath.Dir(abs), ImageFile)
 	q, err := wsquota.Mount(ctx, wsquota.Spec{
 		Image: image, Dir: abs, Bytes: step.Resources.Disk, Inodes: step.Resources.DiskInodes,
 		UID: guest.DefaultUID, GID: guest.DefaultGID, Templates: qs.templates,
 		Before: func(loop string) error {
 			st.Mounts = []string{abs}
-			st.Loops = []vmrunner.Loop{{Device: loop, Image: image}}
-			return vmrunner.WriteState(stateDir, st)
+			st.Loops = []hoststate.Loop{{Device: loop, Image: image}}
+			return hoststate.Write(stateDir, st)
 		},
 	})
 	if err != nil {
-		rerr := vmrunner.RemoveState(stateDir, st)
+		rerr := hoststate.Remove(stateDir, st)
 		what := "disk " + workflow.FormatSize(step.Resources.Disk)
 		if step.Resources.DiskInodes > 0 {
 			what += fmt.Sprintf(", diskInodes %d", step.Resources.DiskInodes)
@@ -100,7 +97,7 @@ func (qs *quotas) mount(ctx context.Context, step workflow.Step, ws string) erro
 func (qs *quotas) release() error {
 	stateDir := qs.stateDir
 	if stateDir == "" {
-		stateDir = vmrunner.DefaultStateDir
+		stateDir = hoststate.DefaultDir
 	}
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
@@ -112,7 +109,7 @@ func (qs *quotas) release() error {
 			left = append(left, m)
 			continue
 		}
-		if err := vmrunner.RemoveState(stateDir, m.state); err != nil {
+		if err := hoststate.Remove(stateDir, m.state); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -126,19 +123,19 @@ func (qs *quotas) release() error {
 func (qs *quotas) releaseStep(step string) error {
 	stateDir := qs.stateDir
 	if stateDir == "" {
-		stateDir = vmrunner.DefaultStateDir
+		stateDir = hoststate.DefaultDir
 	}
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	for i, m := range qs.mounted {
-		if m.state.Step != stateName(step) {
+		if m.state.Step != hoststate.QuotaStep(step) {
 			continue
 		}
 		if err := m.q.Unmount(); err != nil {
 			return fmt.Errorf("release the workspace of step %q: %w", step, err)
 		}
 		qs.mounted = append(qs.mounted[:i], qs.mounted[i+1:]...)
-		return vmrunner.RemoveState(stateDir, m.state)
+		return hoststate.Remove(stateDir, m.state)
 	}
 	return nil
 }

@@ -17,37 +17,10 @@ import (
 	"github.com/agentsandbox/agentsandbox/internal/fakebackend"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/record"
-	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 	"github.com/agentsandbox/agentsandbox/vmrunner/wsquota"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
-
-func TestParseMountInfo(t *testing.T) {
-	for line, want := range map[string]mount{
-		`36 35 7:3 / /var/lib/a\040b/runs/r/steps/s/workspace rw,nosuid,nodev shared:1 - ext4 /dev/loop3 rw`: {Point: "/var/lib/a b/runs/r/steps/s/workspace", Source: "/dev/loop3"},
-		`21 26 0:20 / /proc rw,relatime - proc proc rw`:                                                      {Point: "/proc", Source: "proc"},
-		`bad`: {},
-	} {
-		if got := parseMountInfo(line); got != want {
-			t.Errorf("parseMountInfo(%q) = %+v, want %+v", line, got, want)
-		}
-	}
-}
-
-func TestIsQuotaMountShape(t *testing.T) {
-	// Without a loop device serving the image, nothing is a quota.
-	for _, m := range []mount{
-		{Point: "/runs/r/steps/s/workspace", Source: "/dev/sda1"},
-		{Point: "/runs/r/steps/s/other", Source: "/dev/loop0"},
-		{Point: "/runs/r/inputs/workspace", Source: "/dev/loop0"},
-		{Point: "/runs/r/steps/s/workspace/deeper", Source: "/dev/loop0"},
-		{Point: "/runs/rr/steps/s/workspace", Source: "/dev/loop0"},
-	} {
-		if isQuotaMount(m, "/runs/r") {
-			t.Errorf("isQuotaMount(%+v) = true", m)
-		}
-	}
-}
 
 // needQuota makes a root test that mounts workspace quotas fail (in CI) or
 // skip when the host cannot have them.
@@ -142,11 +115,7 @@ func TestRootQuotaInPipeline(t *testing.T) {
 // run directory of the runs under dir is left.
 func assertNoQuotaLeft(t *testing.T, dir, stateDir string) {
 	t.Helper()
-	mounts, err := mountPoints()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m := mountedBelow(pointsOf(mounts), dir); m != "" {
+	if m := mountBelow(t, dir); m != "" {
 		t.Errorf("mount left: %s", m)
 	}
 	loops, _ := filepath.Glob("/sys/block/loop*")
@@ -177,7 +146,7 @@ func TestQuotaChild(t *testing.T) {
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeOwner(runDir, "killed"); err != nil {
+	if err := hoststate.WriteOwner(runDir, "killed"); err != nil {
 		t.Fatal(err)
 	}
 	dirs, err := newStepDirs(runDir, "s")
@@ -202,27 +171,21 @@ func TestRootQuotaGCAfterKill(t *testing.T) {
 	for _, gc := range []string{"state", "runs-only"} {
 		t.Run(gc, func(t *testing.T) {
 			killChild(t, runRoot, stateDir)
-			mounts, _ := mountPoints()
 			ws := filepath.Join(runRoot, "killed", "steps", "s", "workspace")
-			if mountedBelow(pointsOf(mounts), ws) == "" {
+			if mountBelow(t, ws) == "" {
 				t.Fatalf("the killed child's workspace %s is not mounted", ws)
 			}
-			var removed []string
-			if gc == "state" {
-				// What `agentsandbox gc` does: the state files first.
-				got, err := vmrunner.GC(stateDir, vmrunner.Remover{})
-				if err != nil {
+			// What `agentsandbox gc` does: the state files, then the run
+			// directories; without a state file, the run directories alone.
+			if gc == "runs-only" {
+				if err := os.RemoveAll(stateDir); err != nil { // a state file lost
 					t.Fatal(err)
 				}
-				removed = append(removed, got...)
-			} else if err := os.RemoveAll(stateDir); err != nil { // a state file lost
-				t.Fatal(err)
 			}
-			got, err := GCRuns(runRoot)
+			removed, err := hoststate.GC(stateDir, runRoot)
 			if err != nil {
 				t.Fatal(err)
 			}
-			removed = append(removed, got...)
 			t.Logf("gc removed %q", removed)
 			assertNoQuotaLeft(t, root, stateDir)
 			if _, err := os.Stat(filepath.Join(runRoot, "killed")); !errors.Is(err, os.ErrNotExist) {
@@ -259,4 +222,21 @@ func killChild(t *testing.T, runRoot, stateDir string) {
 	if len(seen) == 0 || seen[len(seen)-1] != "mounted" {
 		t.Fatalf("child never mounted its workspace: %q", seen)
 	}
+}
+
+// mountBelow returns a mount point at or below dir, or "".
+func mountBelow(t *testing.T, dir string) string {
+	t.Helper()
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(mi), "\n") {
+		if f := strings.Fields(l); len(f) > 4 {
+			if p := strings.ReplaceAll(f[4], `\040`, " "); p == dir || strings.HasPrefix(p, dir+"/") {
+				return p
+			}
+		}
+	}
+	return ""
 }

@@ -17,8 +17,6 @@
 package netns
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -37,63 +35,14 @@ import (
 // network namespaces.
 const RunDir = "/run/netns"
 
-// Prefix starts every name Name returns; gc lists leftovers with it.
+// Prefix starts the name of every step's network namespace
+// (vmrunner/hoststate.NetnsName names them); tests list leftovers with it.
 const Prefix = "asb-"
-
-// MaxNameLen is the longest name Name returns.
-const MaxNameLen = 40
-
-// Name returns the namespace name for one step of one run:
-// "asb-" + the first 8 characters of runID + "-" + the step name.
-//
-// Characters outside [a-z0-9_.-] become '-', upper case is folded. When that
-// changed the step name, or the result would be longer than MaxNameLen, the
-// step part is shortened and followed by 6 hex digits of the sha256 of the
-// original step name, so distinct steps keep distinct names. The result is
-// stable for the same inputs, never "." or "..", and never contains '/'.
-func Name(runID, step string) string {
-	run := sanitize(runID)
-	if len(run) > 8 {
-		run = run[:8]
-	}
-	if run == "" {
-		run = "run"
-	}
-	base := Prefix + run + "-"
-	s := sanitize(step)
-	if s == step && s != "" && len(base)+len(s) <= MaxNameLen {
-		return base + s
-	}
-	sum := sha256.Sum256([]byte(step))
-	suffix := hex.EncodeToString(sum[:3])
-	room := MaxNameLen - len(base) - 1 - len(suffix)
-	if len(s) > room {
-		s = s[:room]
-	}
-	s = strings.TrimRight(s, "-")
-	if s == "" {
-		return base + suffix
-	}
-	return base + s + "-" + suffix
-}
-
-func sanitize(s string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(s) {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('-')
-		}
-	}
-	return b.String()
-}
 
 // validName reports whether name can be a file in RunDir.
 func validName(name string) error {
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") || len(name) > 255 {
-		return fmt.Errorf("invalid network namespace name %q: use a plain file name such as netns.Name returns", name)
+		return fmt.Errorf("invalid network namespace name %q: use a plain file name such as hoststate.NetnsName returns", name)
 	}
 	return nil
 }

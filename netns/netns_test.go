@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -18,37 +17,6 @@ import (
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/vishvananda/netlink"
 )
-
-func TestName(t *testing.T) {
-	long := strings.Repeat("x", 60)
-	cases := []struct{ run, step, want string }{
-		{"0123456789abcdef", "build", "asb-01234567-build"},
-		{"abc", "test_1.a", "asb-abc-test_1.a"},
-		{"", "s", "asb-run-s"},
-		{"0123456789abcdef", "Build", "asb-01234567-build-" + sha6("Build")},
-		{"0123456789abcdef", "a/b", "asb-01234567-a-b-" + sha6("a/b")},
-		{"0123456789abcdef", "..", "asb-01234567-.."},
-		{"0123456789abcdef", "", "asb-01234567-" + sha6("")},
-		{"0123456789abcdef", long, "asb-01234567-" + long[:20] + "-" + sha6(long)},
-	}
-	for _, c := range cases {
-		got := Name(c.run, c.step)
-		if got != c.want {
-			t.Errorf("Name(%q, %q) = %q, want %q", c.run, c.step, got, c.want)
-		}
-		if len(got) > MaxNameLen {
-			t.Errorf("Name(%q, %q) = %q is longer than %d", c.run, c.step, got, MaxNameLen)
-		}
-		if err := validName(got); err != nil {
-			t.Errorf("Name(%q, %q): %v", c.run, c.step, err)
-		}
-	}
-	if Name("r", long+"1") == Name("r", long+"2") {
-		t.Error("long step names that differ only at the end share a netns name")
-	}
-}
-
-func sha6(s string) string { return hex.EncodeToString(sha256Sum(s)[:3]) }
 
 func sha256Sum(s string) []byte {
 	sum := sha256.Sum256([]byte(s))
@@ -90,7 +58,7 @@ func testName(t *testing.T) string {
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
 	}
-	return Name(hex.EncodeToString(b), "t")
+	return Prefix + hex.EncodeToString(b) + "-t"
 }
 
 // threadNS returns the inode of the calling thread's network namespace; the

@@ -13,6 +13,8 @@
 //   - seccomp: the default system call filter, from Docker's profile.
 //   - cgroup: quotas and usage on cgroup v1 and v2.
 //   - wsquota: each workspace's own size-limited filesystem.
+//   - hoststate: the names of what a step creates on the host, its state
+//     file, and gc of both backends and of run directories.
 //   - sandbox: one step's host lifecycle (state file, netns, cgroup, jail,
 //     deadline, ordered cleanup), shared by both backends.
 //   - namespace: the jail backend.

@@ -3,7 +3,6 @@ package vmrunner
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/jobfs"
@@ -12,32 +11,6 @@ import (
 )
 
 // What every backend shares about a step on the host.
-
-// CgroupRoot is the parent of every step's cgroup, in every hierarchy.
-const CgroupRoot = "/agentsandbox"
-
-// CgroupPath is the cgroup of one step of one run:
-// /agentsandbox/<run>/<step>, with anything but letters, digits, '-' and
-// '_' replaced by '_', so a name can never climb out with "..".
-func CgroupPath(runID, step string) string {
-	return CgroupRoot + "/" + pathPart(runID) + "/" + pathPart(step)
-}
-
-func pathPart(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	if b.Len() == 0 {
-		return "_"
-	}
-	return b.String()
-}
 
 // ThrottleWorkspace sets l's IO rates from r's ioRead and ioWrite on the
 // block device holding workspace, which deviceOf finds (cgroup.DeviceOf;

@@ -11,15 +11,6 @@ import (
 	"github.com/agentsandbox/agentsandbox/guest"
 )
 
-func TestCgroupPath(t *testing.T) {
-	if got := CgroupPath("01HX", "build/x y"); got != "/agentsandbox/01HX/build_x_y" {
-		t.Errorf("CgroupPath = %q", got)
-	}
-	if got := CgroupPath("r", ".."); got != "/agentsandbox/r/__" {
-		t.Errorf("CgroupPath with .. = %q", got)
-	}
-}
-
 func TestReadResult(t *testing.T) {
 	dir := t.TempDir()
 	if _, ok, err := ReadResult(dir); ok || err == nil {

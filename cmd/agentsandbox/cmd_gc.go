@@ -8,8 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agentsandbox/agentsandbox/engine"
-	"github.com/agentsandbox/agentsandbox/vmrunner/namespace"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 )
 
 type gcOptions struct {
@@ -38,20 +37,24 @@ the same --state-dir the applies used.` + exitStatusHelp,
 }
 
 func runGC(_ context.Context, stdio Stdio, opts gcOptions) error {
-	removed, err := namespace.GC("")
+	// Without the state directory there are no run directories to clean,
+	// but the host's state files still are.
+	var runRoot string
 	store, serr := openStore(opts.StateDir)
+	if serr == nil {
+		runRoot = filepath.Join(store.Dir(), "runs")
+	}
+	removed, err := hoststate.GC("", runRoot)
 	if serr != nil {
 		return errors.Join(err, serr)
 	}
-	runs, rerr := engine.GCRuns(filepath.Join(store.Dir(), "runs"))
-	removed = append(removed, runs...)
 	for _, r := range removed {
 		fmt.Fprintf(stdio.Out, "removed %s\n", r)
 	}
 	if len(removed) == 0 {
 		fmt.Fprintln(stdio.Out, "nothing to remove")
 	}
-	if err := errors.Join(err, rerr); err != nil {
+	if err != nil {
 		return withExit(ExitInfra, err)
 	}
 	return nil

@@ -38,6 +38,8 @@ func TestNames(t *testing.T) {
 		{"R.1", "a/b", "asb-r.1-a-b-c14cdd", "/agentsandbox/R_1/a_b", "state-R.1-a%2fb.json"},
 		{"R.1", "", "asb-r.1-e3b0c4", "/agentsandbox/R_1/_", "state-R.1-.json"},
 		{"abc", "test_1.a", "asb-abc-test_1.a", "/agentsandbox/abc/test_1_a", "state-abc-test_1.a.json"},
+		{"01HX", "build/x y", "asb-01hx-build-x-y-09003d", "/agentsandbox/01HX/build_x_y", "state-01HX-build%2fx%20y.json"},
+		{"r", "..", "asb-r-..", "/agentsandbox/r/__", "state-r-...json"},
 		{"0123456789abcdef", "fetch-2", "asb-01234567-fetch-2", "/agentsandbox/0123456789abcdef/fetch-2", "state-0123456789abcdef-fetch-2.json"},
 		{"0123456789abcdef", QuotaStep("fetch-2"), "asb-01234567-fetch-2-workspace-dc0244", "/agentsandbox/0123456789abcdef/fetch-2_workspace", "state-0123456789abcdef-fetch-2%2fworkspace.json"},
 		{"0123456789abcdef", "a\xffb", "asb-01234567-a-b-01ce02", "/agentsandbox/0123456789abcdef/a_b", "state-0123456789abcdef-a%ffb.json"},

@@ -17,6 +17,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/netns"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 	"golang.org/x/sys/unix"
 )
 
@@ -175,7 +176,7 @@ func TestPlanErrors(t *testing.T) {
 func jailFixture(t testing.TB, script string) (Config, *bytes.Buffer) {
 	t.Helper()
 	testtier.Root(t)
-	name := netns.Name(fmt.Sprintf("jt%d", time.Now().UnixNano()%1e6), t.Name())
+	name := hoststate.NetnsName(fmt.Sprintf("jt%d", time.Now().UnixNano()%1e6), t.Name())
 	ns, err := netns.Create(name)
 	if err != nil {
 		t.Fatal(err)
@@ -385,7 +386,7 @@ func TestJailInitPath(t *testing.T) {
 func execFixture(t testing.TB, script string) (Config, *bytes.Buffer) {
 	t.Helper()
 	testtier.Root(t)
-	name := netns.Name(fmt.Sprintf("jx%d", time.Now().UnixNano()%1e6), t.Name())
+	name := hoststate.NetnsName(fmt.Sprintf("jx%d", time.Now().UnixNano()%1e6), t.Name())
 	ns, err := netns.Create(name)
 	if err != nil {
 		t.Fatal(err)

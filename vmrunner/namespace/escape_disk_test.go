@@ -21,6 +21,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 	"github.com/agentsandbox/agentsandbox/vmrunner/wsquota"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -181,7 +182,7 @@ steps:
 
 // TestEscapeDiskGCAfterKill: an apply killed with SIGKILL while its job
 // runs leaves the jail, its cgroup and netns, the workspace mount and its
-// loop device; `agentsandbox gc` (namespace.GC, then engine.GCRuns)
+// loop device; `agentsandbox gc` (hoststate.GC: the state files, then the run directories)
 // leaves none of them.
 func TestEscapeDiskGCAfterKill(t *testing.T) {
 	testtier.Root(t)
@@ -231,7 +232,7 @@ wait:
 	}()
 
 	stateDir, jailDir, runRoot := filepath.Join(root, "state"), filepath.Join(root, "jails"), filepath.Join(root, "runs")
-	states, err := vmrunner.ReadStates(stateDir)
+	states, err := hoststate.Read(stateDir)
 	if err != nil || len(states) != 2 {
 		t.Fatalf("states after the kill: %+v (%v), want the step's and its workspace quota's", states, err)
 	}
@@ -239,15 +240,11 @@ wait:
 	if !mountedUnder(t, runRoot) {
 		t.Fatal("no workspace mounted under the killed run")
 	}
-	removed, err := GC(stateDir)
+	removed, err := hoststate.GC(stateDir, runRoot)
 	if err != nil {
 		t.Error(err)
 	}
-	runs, err := engine.GCRuns(runRoot)
-	if err != nil {
-		t.Error(err)
-	}
-	t.Logf("gc removed %q", append(removed, runs...))
+	t.Logf("gc removed %q", removed)
 	if mountedUnder(t, root) {
 		t.Error("a mount under the killed run is left")
 	}
@@ -261,7 +258,7 @@ wait:
 		t.Errorf("run directories left: %v", ents)
 	}
 	assertClean(t, Options{StateDir: stateDir, JailDir: jailDir}, vmrunner.StepSpec{RunID: runID, Step: workflow.Step{Name: "sleeper"}})
-	if _, err := os.Lstat(filepath.Join(netns.RunDir, netns.Name(runID, "sleeper"))); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(filepath.Join(netns.RunDir, hoststate.NetnsName(runID, "sleeper"))); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("netns left (%v)", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -33,11 +34,11 @@ func rootBackend(t *testing.T) (*Backend, Options) {
 // netns, its cgroup in any hierarchy, a mount, a jail dir or a state file.
 func assertClean(t *testing.T, opts Options, spec vmrunner.StepSpec) {
 	t.Helper()
-	name := netns.Name(spec.RunID, spec.Step.Name)
+	name := hoststate.NetnsName(spec.RunID, spec.Step.Name)
 	if _, err := os.Lstat(filepath.Join(netns.RunDir, name)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("netns %s left behind (%v)", name, err)
 	}
-	run := filepath.Dir(vmrunner.CgroupPath(spec.RunID, spec.Step.Name))
+	run := filepath.Dir(hoststate.CgroupPath(spec.RunID, spec.Step.Name))
 	hier, _ := filepath.Glob(filepath.Join(cgroup.Mountpoint, "*"))
 	hier = append(hier, cgroup.Mountpoint)
 	for _, h := range hier {
@@ -162,7 +163,7 @@ func TestCancelLeavesNothing(t *testing.T) {
 		t.Fatal("the job did not start")
 	}
 	// Everything exists while it runs...
-	name := netns.Name(spec.RunID, spec.Step.Name)
+	name := hoststate.NetnsName(spec.RunID, spec.Step.Name)
 	if _, err := os.Lstat(filepath.Join(netns.RunDir, name)); err != nil {
 		t.Errorf("netns missing while the step runs: %v", err)
 	}
@@ -192,24 +193,24 @@ func TestGCAfterKill(t *testing.T) {
 	testtier.Root(t)
 	stateDir, jailDir := t.TempDir(), t.TempDir()
 	runID := runnertest.RunID(t)
-	name := netns.Name(runID, "killed")
+	name := hoststate.NetnsName(runID, "killed")
 	ns, err := netns.Create(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ns.Close()
-	cgPath := vmrunner.CgroupPath(runID, "killed")
+	cgPath := hoststate.CgroupPath(runID, "killed")
 	if _, err := cgroup.New(cgPath, cgroup.Limits{PIDs: 10}); err != nil {
 		netns.DeleteByName(name)
 		t.Fatal(err)
 	}
 	dir := filepath.Join(jailDir, name)
 	os.Mkdir(dir, 0o700)
-	st := vmrunner.State{RunID: runID, Step: "killed", PID: deadPID(t), Netns: []string{name}, Cgroups: []string{cgPath}, Dirs: []string{dir}}
-	if err := vmrunner.WriteState(stateDir, st); err != nil {
+	st := hoststate.State{RunID: runID, Step: "killed", PID: deadPID(t), Netns: []string{name}, Cgroups: []string{cgPath}, Dirs: []string{dir}}
+	if err := hoststate.Write(stateDir, st); err != nil {
 		t.Fatal(err)
 	}
-	removed, err := GC(stateDir)
+	removed, err := hoststate.GC(stateDir, "")
 	if err != nil {
 		t.Fatal(err)
 	}

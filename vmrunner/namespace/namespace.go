@@ -4,13 +4,13 @@
 // and cgroup namespaces around a read-only root.
 //
 // Run creates, for one step, in this order and recording each in the step's
-// state file before it exists: the netns (netns.Name(run, step)), the cgroup
-// (/agentsandbox/RUN/STEP) and the jail's root mount point. It writes the
+// state file before it exists: the netns, the cgroup and the jail's root
+// mount point, named by vmrunner/hoststate from (run, step). It writes the
 // job to the control directory (root-only, 0700), gives the workspace to the
 // job's uid, starts the jail held, places it in the cgroup, releases it and
 // waits with a host-side deadline. Everything is removed again on every way
 // out — success, failure, timeout, setup error and a cancelled context — and
-// then the state file goes; GC removes what a killed apply left.
+// then the state file goes; hoststate.GC removes what a killed apply left.
 //
 // The package needs root. Steps that ask for network egress fail with an
 // error: egress is not supported yet, and never silently opened.
@@ -31,9 +31,9 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/jobfs"
-	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
 	"github.com/agentsandbox/agentsandbox/vmrunner/sandbox"
 	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
@@ -58,7 +58,7 @@ var ErrPackagesWithoutNix = errors.New("the step lists packages but has no Nix c
 
 // Options configure the backend; zero values take the defaults.
 type Options struct {
-	StateDir string // vmrunner.DefaultStateDir
+	StateDir string // hoststate.DefaultDir
 	JailDir  string // DefaultJailDir
 	// InitPath is the jail's init binary (jail.Config.InitPath); empty
 	// re-executes this binary.
@@ -74,7 +74,7 @@ type Backend struct {
 // New returns the namespace backend.
 func New(opts Options) *Backend {
 	if opts.StateDir == "" {
-		opts.StateDir = vmrunner.DefaultStateDir
+		opts.StateDir = hoststate.DefaultDir
 	}
 	if opts.JailDir == "" {
 		opts.JailDir = DefaultJailDir
@@ -161,8 +161,7 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
-	nsName := netns.Name(spec.RunID, name)
-	root := filepath.Join(b.opts.JailDir, nsName)
+	root := hoststate.JailRoot(b.opts.JailDir, spec.RunID, name)
 	sb := sandbox.New(b.opts.StateDir, spec.RunID, name, root)
 	defer func() {
 		if cerr := sb.Cleanup(); cerr != nil {
@@ -295,17 +294,4 @@ var jailWords = vmrunner.Words{
 	NoResult: func(rerr, exit error) string {
 		return fmt.Sprintf("the jail ended without a result (%v; %v)", rerr, exit)
 	},
-}
-
-// GC removes what the state files in stateDir list for applies that are no
-// longer running (killed with SIGKILL, crashed): their cgroups, network
-// namespaces and jail directories. `agentsandbox gc` calls it.
-func GC(stateDir string) (removed []string, err error) {
-	if stateDir == "" {
-		stateDir = vmrunner.DefaultStateDir
-	}
-	return vmrunner.GC(stateDir, vmrunner.Remover{
-		Netns:  netns.DeleteByName,
-		Cgroup: cgroup.DeleteByPath,
-	})
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/nixbuild"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
 	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"github.com/agentsandbox/agentsandbox/workflow"
@@ -118,23 +119,23 @@ func (c checked) Run(ctx context.Context, spec vmrunner.StepSpec) (vmrunner.Step
 
 func assertClean(t testing.TB, b *Backend, spec vmrunner.StepSpec) {
 	t.Helper()
-	name := netns.Name(spec.RunID, spec.Step.Name)
+	name := hoststate.NetnsName(spec.RunID, spec.Step.Name)
 	if _, err := os.Lstat(filepath.Join(netns.RunDir, name)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("netns %s left behind (%v)", name, err)
 	}
-	groups, err := cgroup.List(vmrunner.CgroupRoot)
+	groups, err := cgroup.List(hoststate.CgroupRoot)
 	if err != nil {
 		t.Errorf("list cgroups: %v", err)
 	}
 	for _, g := range groups {
-		if strings.HasPrefix(g, vmrunner.CgroupPath(spec.RunID, "")) {
+		if strings.HasPrefix(g, hoststate.RunCgroup(spec.RunID)+"/") {
 			t.Errorf("cgroup %s left behind", g)
 		}
 	}
 	if _, err := os.Lstat(filepath.Join(b.opts.WorkDir, name)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("VM working directory left behind (%v)", err)
 	}
-	if states, err := vmrunner.ReadStates(b.opts.StateDir); err != nil || len(states) > 0 {
+	if states, err := hoststate.Read(b.opts.StateDir); err != nil || len(states) > 0 {
 		t.Errorf("state files left behind: %v %v", states, err)
 	}
 }
@@ -336,7 +337,7 @@ func TestHypervisorJailed(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the job did not start within 60 s")
 	}
-	pid := findHypervisor(t, vmrunner.CgroupPath(s.RunID, s.Step.Name))
+	pid := findHypervisor(t, hoststate.CgroupPath(s.RunID, s.Step.Name))
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
@@ -360,7 +361,7 @@ func TestHypervisorJailed(t *testing.T) {
 		}
 	}
 	var stepNet, hvNet syscall.Stat_t
-	if err := syscall.Stat(filepath.Join(netns.RunDir, netns.Name(s.RunID, s.Step.Name)), &stepNet); err != nil {
+	if err := syscall.Stat(filepath.Join(netns.RunDir, hoststate.NetnsName(s.RunID, s.Step.Name)), &stepNet); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &hvNet); err != nil {
