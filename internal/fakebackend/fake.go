@@ -2,10 +2,12 @@
 // the scheduler and the apply command that must not need root.
 //
 // It runs the job with the real guest agent (agent.RunJob) in-process, on
-// the host, as the calling user: it writes a copy of the job whose workdir
-// is mapped from /workspace to the step's workspace directory and whose
-// uid/gid are the caller's, into the step's control directory, and reads the
-// agent's result.json back like the real backends do. It passes the portable
+// the host, as the calling user: it reads the job.json the engine wrote
+// (and, like the real backends, never rewrites it), runs a copy whose
+// workdir is mapped from /workspace to the step's workspace directory and
+// whose uid/gid are the caller's from a scratch directory, moves the logs
+// and result.json into the step's control directory, and reads the result
+// back like the real backends do. It passes the portable
 // part of the runnertest suite. Fail lets a test make chosen steps end in an
 // infrastructure error.
 package fakebackend
@@ -13,8 +15,10 @@ package fakebackend
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,26 +66,42 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (vmrunner.Ste
 		res.Finished = time.Now()
 		return res, fmt.Errorf("fake run step %q: %w", name, err)
 	}
-	job := spec.Job
+	// job.json is the engine's, and its record hashes those bytes: like the
+	// real backends, the fake leaves it alone. It runs a host copy of that
+	// job (workdir mapped to the workspace, the caller's uid and gid) from
+	// a scratch control directory, and moves the logs and result back.
+	job, err := agent.ReadJob(spec.ControlDir)
+	if err != nil {
+		return res, fmt.Errorf("fake run step %q: %w", name, err)
+	}
 	workdir, err := hostWorkdir(job.Workdir, spec.Workspace)
 	if err != nil {
 		return res, fmt.Errorf("fake run step %q: %w", name, err)
 	}
 	job.Workdir = workdir
 	job.UID, job.GID = os.Geteuid(), os.Getegid()
-	if job.TimeoutMS == 0 {
-		job.TimeoutMS = spec.Step.Resources.TimeoutMS
-	}
 	b2, err := json.Marshal(job)
 	if err != nil {
 		return res, fmt.Errorf("fake run step %q: encode job: %w", name, err)
 	}
-	os.Remove(filepath.Join(spec.ControlDir, guest.ResultFile))
-	if err := atomicfile.WriteFile(filepath.Join(spec.ControlDir, guest.JobFile), b2, 0o600); err != nil {
+	for _, f := range []string{guest.ResultFile, guest.StdoutFile, guest.StderrFile} {
+		os.Remove(filepath.Join(spec.ControlDir, f))
+	}
+	scratch, err := os.MkdirTemp(spec.ControlDir, ".fake-")
+	if err != nil {
 		return res, fmt.Errorf("fake run step %q: %w", name, err)
 	}
-	r, err := agent.RunJob(ctx, spec.ControlDir, spec.Console)
+	defer os.RemoveAll(scratch)
+	if err := atomicfile.WriteFile(filepath.Join(scratch, guest.JobFile), b2, 0o600); err != nil {
+		return res, fmt.Errorf("fake run step %q: %w", name, err)
+	}
+	r, err := agent.RunJob(ctx, scratch, spec.Console)
 	res.Finished = time.Now()
+	for _, f := range []string{guest.ResultFile, guest.StdoutFile, guest.StderrFile} {
+		if rerr := os.Rename(filepath.Join(scratch, f), filepath.Join(spec.ControlDir, f)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return res, fmt.Errorf("fake run step %q: %w", name, rerr)
+		}
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		return res, fmt.Errorf("fake run step %q: %w", name, cerr)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/internal/runnertest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 )
@@ -32,6 +33,7 @@ func BenchmarkNoopStep(b *testing.B) {
 		for b.Loop() {
 			b.StopTimer()
 			spec := suiteOpts.Spec(b, "noop", []string{"true"})
+			runnertest.WriteJob(b, spec)
 			b.StartTimer()
 			start := time.Now()
 			res, err := be.Run(context.Background(), spec)

@@ -149,6 +149,7 @@ func TestHostProcessesInvisible(t *testing.T) {
 func TestCancelLeavesNothing(t *testing.T) {
 	b, opts := rootBackend(t)
 	spec := suiteOpts.Spec(t, "interrupted", runnertest.Sh("echo running-now; sleep 60 & sleep 60; wait"))
+	runnertest.WriteJob(t, spec)
 	console := runnertest.NewConsole("running-now")
 	spec.Console = console
 	ctx, cancel := context.WithCancel(context.Background())

@@ -12,16 +12,15 @@
 // out — success, failure, timeout, setup error and a cancelled context — and
 // then the state file goes; hoststate.GC removes what a killed apply left.
 //
-// The package needs root. Steps that ask for network egress fail with an
-// error: egress is not supported yet, and never silently opened.
+// The package needs root. It opens no network beyond lo: the engine
+// refuses steps that ask for egress (vmrunner.ErrEgressUnsupported) before
+// any backend sees them.
 package namespace
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -106,8 +105,6 @@ func check(spec vmrunner.StepSpec) error {
 	switch {
 	case spec.RunID == "" || spec.Step.Name == "":
 		return errors.New("run id and step name are required")
-	case spec.Step.Network.HasEgress():
-		return vmrunner.ErrEgressUnsupported
 	case len(spec.Step.Packages) > 0 && len(spec.ClosurePaths) == 0:
 		return ErrPackagesWithoutNix
 	case spec.Workspace == "" || spec.ControlDir == "":
@@ -116,9 +113,10 @@ func check(spec vmrunner.StepSpec) error {
 	return nil
 }
 
-// job is the job.json the jail's agent reads: the spec's job, with the
-// step's timeout when the job has none or a longer one, and the env's bin on
-// PATH when the job's env has no PATH.
+// job is the spec's job as the host's deadline reads it: with the step's
+// timeout when the job has none or a longer one, and the env's bin on PATH
+// when the job's env has no PATH. The engine's job.json already has both
+// (the agent reads that file, which no backend rewrites).
 func job(spec vmrunner.StepSpec) guest.Job {
 	j := spec.Job
 	j.Env = append([]string(nil), j.Env...)
@@ -181,13 +179,8 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	if err := prepareDirs(spec); err != nil {
 		return res, err
 	}
-	jb, err := json.Marshal(job(spec))
-	if err != nil {
-		return res, fmt.Errorf("encode job: %w", err)
-	}
-	if err := atomicfile.WriteFile(filepath.Join(spec.ControlDir, guest.JobFile), jb, 0o600); err != nil {
-		return res, err
-	}
+	// job.json is the engine's: it wrote spec.Job there, and the record
+	// hashes those bytes, so the backend never rewrites it.
 
 	filter, err := stepSeccomp(spec.SeccompAllow)
 	if err != nil {

@@ -14,11 +14,20 @@
 //	sb.Mkdir(dir, what)   // each directory the backend needs
 //	sb.Start(ctx, cfg)    // the jail, in the cgroup, released
 //	sb.Wait(ctx, ...)     // with the host's deadline, polling usage
+//	sb.Stop(stages...)    // from Wait's stop: ask, wait, ask harder, kill
 //
 // Cleanup kills the jail and its cgroup, deletes the cgroup, deletes the
 // netns, runs the removals registered with Mkdir and OnCleanup (last first)
 // and, only when all of that worked, removes the state file; otherwise the
 // state file stays for `agentsandbox gc`.
+//
+// The sandbox asks the host for its parts through small interfaces (Netns,
+// Cgroup, Process) and waits on an injected clock. The real network
+// namespace, cgroup, jail and timers are the defaults; the package's tests
+// put fakes in their place that write down, as text, what they were asked,
+// so that the lifecycle's order, cancellation, the host's deadline and the
+// stop escalation are tested without root and without sleeping. The root
+// and VM test tiers of the backends test the real parts.
 package sandbox
 
 import (
@@ -29,7 +38,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
@@ -42,11 +50,14 @@ type Sandbox struct {
 	stateDir string
 	state    hoststate.State
 
-	NS     *netns.NS
-	Cgroup *cgroup.Group
-	Proc   *jail.Process
+	NS     Netns
+	Cgroup Cgroup
+	Proc   Process
 
 	undo []func() error // removals registered by Mkdir and OnCleanup
+
+	host  host  // makes the parts: osHost but in tests
+	clock clock // realClock but in tests
 }
 
 // New names what the step runID/step will own: its netns
@@ -58,7 +69,7 @@ func New(stateDir, runID, step string, dirs ...string) *Sandbox {
 	st.Netns = []string{hoststate.NetnsName(runID, step)}
 	st.Cgroups = []string{hoststate.CgroupPath(runID, step)}
 	st.Dirs = append([]string(nil), dirs...)
-	return &Sandbox{stateDir: stateDir, state: st}
+	return &Sandbox{stateDir: stateDir, state: st, host: osHost{}, clock: realClock{}}
 }
 
 // NetnsName is the name of the step's network namespace.
@@ -70,7 +81,7 @@ func (s *Sandbox) Create(limits cgroup.Limits) error {
 	if err := hoststate.Write(s.stateDir, s.state); err != nil {
 		return err
 	}
-	ns, err := netns.Create(s.state.Netns[0])
+	ns, err := s.host.CreateNetns(s.state.Netns[0])
 	if err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			err = fmt.Errorf("%w (left by an earlier run? `agentsandbox gc` removes leftovers)", err)
@@ -78,7 +89,7 @@ func (s *Sandbox) Create(limits cgroup.Limits) error {
 		return err
 	}
 	s.NS = ns
-	cg, err := cgroup.New(s.state.Cgroups[0], limits)
+	cg, err := s.host.NewCgroup(s.state.Cgroups[0], limits)
 	if err != nil {
 		return err
 	}
@@ -117,7 +128,7 @@ func (s *Sandbox) Start(ctx context.Context, cfg jail.Config) error {
 		defer cgFile.Close()
 		cfg.CgroupFD = int(cgFile.Fd())
 	}
-	proc, err := jail.Start(cfg)
+	proc, err := s.host.StartJail(cfg)
 	if err != nil {
 		return err
 	}
@@ -150,6 +161,48 @@ func (s *Sandbox) Kill() {
 	}
 }
 
+// Stage is one way of asking the jail to end, for Stop.
+type Stage struct {
+	// Ask asks (a power-off, a quit); nil asks nothing and only waits.
+	Ask func()
+	// Grace is how long Stop then waits for the jail to exit.
+	Grace time.Duration
+}
+
+// Stop ends the jail, asking more firmly each time: it runs the stages in
+// order, each followed by up to its Grace for the jail to exit, and
+// returns once it has. When none made it exit, it kills the jail with its
+// cgroup (Kill) and waits for the exit.
+func (s *Sandbox) Stop(stages ...Stage) {
+	for _, st := range stages {
+		if s.exited() {
+			return
+		}
+		if st.Ask != nil {
+			st.Ask()
+		}
+		t := s.clock.NewTimer(st.Grace)
+		select {
+		case <-s.Proc.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+	s.Kill()
+	<-s.Proc.Done()
+}
+
+// exited says the jail's init has exited.
+func (s *Sandbox) exited() bool {
+	select {
+	case <-s.Proc.Done():
+		return true
+	default:
+		return false
+	}
+}
+
 // Exit is how the jail ended, as Wait saw it.
 type Exit struct {
 	// HostTimeout is set when the host's deadline passed.
@@ -168,11 +221,11 @@ type Exit struct {
 func (s *Sandbox) Wait(ctx context.Context, timeout, poll time.Duration, stop func(timedOut bool)) (Exit, error) {
 	var deadline <-chan time.Time
 	if timeout > 0 {
-		t := time.NewTimer(timeout)
+		t := s.clock.NewTimer(timeout)
 		defer t.Stop()
-		deadline = t.C
+		deadline = t.C()
 	}
-	tick := time.NewTicker(poll)
+	tick := s.clock.NewTicker(poll)
 	defer tick.Stop()
 	var x Exit
 	var cancelled error
@@ -181,7 +234,7 @@ loop:
 		select {
 		case <-s.Proc.Done():
 			break loop
-		case <-tick.C:
+		case <-tick.C():
 			_, _ = s.Cgroup.Usage()
 		case <-deadline:
 			x.HostTimeout = true

@@ -147,7 +147,7 @@ func TestCreateAndCleanup(t *testing.T) {
 	if exists(filepath.Join(netns.RunDir, sb.NetnsName())) {
 		t.Error("netns left behind")
 	}
-	for _, d := range sb.Cgroup.Dirs() {
+	for _, d := range sb.Cgroup.(*cgroup.Group).Dirs() {
 		if exists(d) {
 			t.Errorf("cgroup dir %s left behind", d)
 		}

@@ -95,6 +95,7 @@ func BenchmarkBoot(b *testing.B) {
 				Job: job, Workspace: b.TempDir(), ControlDir: b.TempDir(), Runner: fx.Dir,
 				ClosurePaths: closure,
 			}
+			runnertest.WriteJob(b, spec)
 			m := &markTimer{start: time.Now()}
 			spec.Console = m
 			res, err := be.Run(context.Background(), spec)

@@ -34,10 +34,8 @@ package vm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"io"
 	"io/fs"
 	"os"
@@ -268,8 +266,6 @@ func check(spec vmrunner.StepSpec) error {
 		return errors.New("run id and step name are required")
 	case spec.Runner == "":
 		return errors.New("no runner: the step's microvm.nix runner must be realised first")
-	case spec.Step.Network.HasEgress():
-		return vmrunner.ErrEgressUnsupported
 	case spec.Workspace == "" || spec.ControlDir == "":
 		return errors.New("workspace and control directory are required")
 	case spec.Job.GID == HypervisorGID:
@@ -278,8 +274,9 @@ func check(spec vmrunner.StepSpec) error {
 	return nil
 }
 
-// job is the job.json the guest agent reads: the spec's job with the
-// step's timeout when the job has none.
+// job is the spec's job as the host's deadline reads it: with the step's
+// timeout when the job has none. The engine's job.json already has it (the
+// guest agent reads that file, which no backend rewrites).
 func job(spec vmrunner.StepSpec) guest.Job {
 	j := spec.Job
 	if j.TimeoutMS == 0 {
@@ -390,15 +387,10 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	if err := prepareDirs(spec, hvUID); err != nil {
 		return res, err
 	}
-	jb, err := json.Marshal(job(spec))
-	if err != nil {
-		return res, fmt.Errorf("encode job: %w", err)
-	}
+	// job.json is the engine's: it wrote spec.Job there, and the record
+	// hashes those bytes, so the backend never rewrites it. The hypervisor
+	// reads it for the guest agent through the 9p share.
 	jobFile := filepath.Join(spec.ControlDir, guest.JobFile)
-	if err := atomicfile.WriteFile(jobFile, jb, 0o640); err != nil {
-		return res, err
-	}
-	// The hypervisor reads it for the guest agent through the 9p share.
 	if err := os.Chown(jobFile, 0, HypervisorGID); err != nil {
 		return res, fmt.Errorf("give job.json to the hypervisor's group: %w", err)
 	}

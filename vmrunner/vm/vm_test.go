@@ -112,6 +112,7 @@ func (c checked) Run(ctx context.Context, spec vmrunner.StepSpec) (vmrunner.Step
 	if spec.Runner == "" {
 		spec.Runner = c.runner
 	}
+	runnertest.WriteJob(c.t, spec) // the engine's part
 	res, err := c.b.Run(ctx, spec)
 	assertClean(c.t, c.b, spec)
 	return res, err
