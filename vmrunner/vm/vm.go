@@ -872,40 +872,31 @@ func exitText(err error) string {
 }
 
 // shutdown stops the VM: politely (microvm-shutdown or QMP powerdown) when
-// graceful, then QMP quit, then SIGKILL to the whole cgroup.
+// graceful, then QMP quit, then SIGKILL to the whole cgroup, each stage
+// given ShutdownGrace to end the hypervisor (sandbox.Stop).
 func (r *run) shutdown(ri RunnerInfo, graceful bool) {
 	grace := r.b.opts.ShutdownGrace
-	waitDone := func(d time.Duration) bool {
-		select {
-		case <-r.sb.Proc.Done():
-			return true
-		case <-time.After(d):
-			return false
-		}
-	}
 	sock := r.qmpSocket()
+	var stages []sandbox.Stage
 	if graceful {
+		powerOff := sandbox.Stage{Grace: grace}
 		if ri.HasShutdown {
-			sctx, cancel := context.WithTimeout(context.Background(), grace)
-			cmd := exec.CommandContext(sctx, filepath.Join(ri.Dir, "bin", "microvm-shutdown"))
-			cmd.Dir = r.workDir
-			_ = cmd.Run()
-			cancel()
+			powerOff.Ask = func() {
+				sctx, cancel := context.WithTimeout(context.Background(), grace)
+				defer cancel()
+				cmd := exec.CommandContext(sctx, filepath.Join(ri.Dir, "bin", "microvm-shutdown"))
+				cmd.Dir = r.workDir
+				_ = cmd.Run()
+			}
 		} else if sock != "" {
-			_ = qmp(sock, "system_powerdown", grace)
+			powerOff.Ask = func() { _ = qmp(sock, "system_powerdown", grace) }
 		}
-		if waitDone(grace) {
-			return
-		}
+		stages = append(stages, powerOff)
 	}
 	if sock != "" {
-		_ = qmp(sock, "quit", grace)
-		if waitDone(grace) {
-			return
-		}
+		stages = append(stages, sandbox.Stage{Ask: func() { _ = qmp(sock, "quit", grace) }, Grace: grace})
 	}
-	r.sb.Kill()
-	<-r.sb.Proc.Done()
+	r.sb.Stop(stages...)
 }
 
 // qmpSocket finds the runner's control socket: the one socket microvm-run
