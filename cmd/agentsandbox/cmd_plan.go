@@ -28,8 +28,11 @@ func newPlanCmd(stdio Stdio) *cobra.Command {
 steps of one wave need only earlier waves, so they may run in parallel),
 each step's vcpu, memory, pids, disk, timeout, bandwidth, network, isolation
 and hypervisor after defaults, and the workflow hash (sha256 of its
-canonical form). It runs nothing. With --json the same as one JSON object.
-The workflow must pass the policy first, as for validate and apply.
+canonical form). The isolation is the one the step would run with here:
+auto is resolved as apply resolves it (vm where KVM runs a guest, Nix and
+qemu are installed, running as root, and nixpkgs is pinned; else namespace).
+It runs nothing. With --json the same as one JSON object. The workflow must
+pass the policy first, judged on that same plan, as for validate and apply.
 
 Exit status:
   0  the workflow is valid and allowed; the plan is printed

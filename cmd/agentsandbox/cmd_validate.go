@@ -30,8 +30,9 @@ prints "FILE: ok" for a valid file and every problem of an invalid one, one
 "FILE:LINE:COL: message" line each.
 
 A valid workflow is then admitted by the policy (the built-in default, the
-folders given with --policy, and .agentsandbox/policy next to the workflow):
-every deny is listed and warnings are printed.
+folders given with --policy, and .agentsandbox/policy next to the workflow)
+as apply would run it on this host, each step's isolation resolved: every
+deny is listed and warnings are printed.
 
 Exit status:
   0  every file is valid and allowed
