@@ -17,6 +17,8 @@ import (
 
 // Host is what the policy knows about the machine that would run the
 // workflow, as input.host. The caller probes it; this package never does.
+// The same facts decide each step's isolation before evaluation
+// (engine.Resolve), so the workflow the policy sees carries it resolved.
 type Host struct {
 	// Isolation lists the isolation levels available here ("namespace",
 	// "vm"), sorted.
@@ -24,7 +26,7 @@ type Host struct {
 	// Hypervisors lists the hypervisors that can run here ("qemu",
 	// "cloud-hypervisor", "firecracker"), sorted.
 	Hypervisors []string `json:"hypervisors"`
-	KVM         bool     `json:"kvm"` // /dev/kvm opens
+	KVM         bool     `json:"kvm"` // KVM runs a guest here (the caller probes it)
 	Nix         bool     `json:"nix"` // nix is installed
 	UID         int      `json:"uid"` // the uid agentsandbox runs as
 }
