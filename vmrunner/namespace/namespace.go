@@ -24,8 +24,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
@@ -113,29 +111,19 @@ func check(spec vmrunner.StepSpec) error {
 	return nil
 }
 
-// job is the spec's job as the host's deadline reads it: with the step's
-// timeout when the job has none or a longer one, and the env's bin on PATH
-// when the job's env has no PATH. The engine's job.json already has both
-// (the agent reads that file, which no backend rewrites).
-func job(spec vmrunner.StepSpec) guest.Job {
-	j := spec.Job
-	j.Env = append([]string(nil), j.Env...)
-	if t := spec.Step.Resources.TimeoutMS; t > 0 && (j.TimeoutMS == 0 || j.TimeoutMS > t) {
-		j.TimeoutMS = t
+// hostTimeoutMS is the deadline the host enforces: the step's timeout, or
+// the job's when that is shorter (or the step has none). The agent enforces
+// the job's own from job.json, which the engine wrote and no backend
+// rewrites.
+func hostTimeoutMS(spec vmrunner.StepSpec) int64 {
+	t, jt := spec.Step.Resources.TimeoutMS, spec.Job.TimeoutMS
+	switch {
+	case t <= 0:
+		return jt
+	case jt > 0 && jt < t:
+		return jt
 	}
-	if spec.EnvPath != "" {
-		hasPath := false
-		for _, kv := range j.Env {
-			if strings.HasPrefix(kv, "PATH=") {
-				hasPath = true
-			}
-		}
-		if !hasPath {
-			j.Env = append(j.Env, "PATH="+spec.EnvPath+"/bin")
-			sort.Strings(j.Env)
-		}
-	}
-	return j
+	return t
 }
 
 // Run runs one step in a jail; see the package documentation.
@@ -261,7 +249,7 @@ func prepareDirs(spec vmrunner.StepSpec) error {
 // into the step's result (vmrunner.Classify decides its status).
 func wait(ctx context.Context, sb *sandbox.Sandbox, spec vmrunner.StepSpec, res vmrunner.StepResult) (vmrunner.StepResult, error) {
 	var timeout time.Duration
-	if ms := job(spec).TimeoutMS; ms > 0 {
+	if ms := hostTimeoutMS(spec); ms > 0 {
 		timeout = time.Duration(ms)*time.Millisecond + HostGrace
 	}
 	x, err := sb.Wait(ctx, timeout, 50*time.Millisecond, func(bool) { sb.Kill() })
@@ -274,7 +262,7 @@ func wait(ctx context.Context, sb *sandbox.Sandbox, spec vmrunner.StepSpec, res 
 	res.Status, res.Detail = vmrunner.Classify(vmrunner.Facts{
 		Result: result, HasResult: hasResult, ResultErr: rerr,
 		Usage: x.Usage, MemoryLimit: spec.Step.Resources.Memory,
-		TimeoutMS: job(spec).TimeoutMS, HostTimeout: x.HostTimeout,
+		TimeoutMS: hostTimeoutMS(spec), HostTimeout: x.HostTimeout,
 		Exit:  x.Err,
 		Words: jailWords,
 	})

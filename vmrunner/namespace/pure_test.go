@@ -57,27 +57,20 @@ func TestLimits(t *testing.T) {
 	}
 }
 
-func TestJob(t *testing.T) {
-	spec := vmrunner.StepSpec{
-		Step:    workflow.Step{Resources: workflow.Resources{TimeoutMS: 500}},
-		Job:     guest.Job{Env: []string{"A=1", "Z=2"}},
-		EnvPath: "/nix/store/aaa-env",
-	}
-	j := job(spec)
-	if j.TimeoutMS != 500 || !reflect.DeepEqual(j.Env, []string{"A=1", "PATH=/nix/store/aaa-env/bin", "Z=2"}) {
-		t.Errorf("job = %+v", j)
-	}
-	if !reflect.DeepEqual(spec.Job.Env, []string{"A=1", "Z=2"}) {
-		t.Errorf("job changed the spec's env: %v", spec.Job.Env)
-	}
-	spec.Job.Env = []string{"PATH=/mine"}
-	spec.Job.TimeoutMS = 100
-	if j := job(spec); !reflect.DeepEqual(j.Env, []string{"PATH=/mine"}) || j.TimeoutMS != 100 {
-		t.Errorf("job with its own PATH and shorter timeout = %+v", j)
-	}
-	spec.Job.TimeoutMS = 60_000
-	if j := job(spec); j.TimeoutMS != 500 {
-		t.Errorf("a job timeout longer than the step's became %d, want the step's 500", j.TimeoutMS)
+func TestHostTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		step, job, want int64
+	}{
+		{500, 0, 500},
+		{500, 100, 100},
+		{500, 60_000, 500},
+		{0, 700, 700},
+		{0, 0, 0},
+	} {
+		spec := vmrunner.StepSpec{Step: workflow.Step{Resources: workflow.Resources{TimeoutMS: tc.step}}, Job: guest.Job{TimeoutMS: tc.job}}
+		if got := hostTimeoutMS(spec); got != tc.want {
+			t.Errorf("step %d ms, job %d ms: host deadline %d ms, want %d", tc.step, tc.job, got, tc.want)
+		}
 	}
 }
 
