@@ -30,7 +30,16 @@ func (s *Store) HasBlob(d Digest) bool {
 
 // PutBlob streams r into the store, hashing as it writes, and returns the
 // blob's digest and size. A blob already present is kept and the new copy
-// dropped, so identical content is stored once.
+// dropped, so identical content is stored once, but only after the present
+// copy is re-hashed: a file at a digest's name that does not hash to it (a
+// crash after the rename and before the bytes reached the disk, or damage)
+// is replaced, never trusted.
+//
+// PutBlob does not fsync: the blob's bytes become durable at the next Sync
+// (or Put of a record, which syncs first), in one syncfs(2) for every blob
+// written since. Until then a crash can leave a torn file under the digest
+// name; nothing durable names it yet, readers verify (OpenBlob) and the next
+// PutBlob of the same content replaces it.
 func (s *Store) PutBlob(r io.Reader) (Digest, int64, error) {
 	dir := filepath.Join(s.dir, "blobs")
 	f, err := os.CreateTemp(dir, tmpPrefix+"*")
@@ -51,36 +60,62 @@ func (s *Store) PutBlob(r io.Reader) (Digest, int64, error) {
 	if err := f.Chmod(BlobMode); err != nil {
 		return fail(err)
 	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
 	if err := f.Close(); err != nil {
 		return fail(err)
 	}
 	var d Digest
 	h.Sum(d[:0])
 	final := s.BlobPath(d)
-	if s.HasBlob(d) {
+	if s.blobIntact(final, d, n) {
 		os.Remove(tmp)
+		// The copy present may itself be waiting for a sync (this or
+		// another process wrote it): the next Sync covers it.
+		s.dirty.Store(true)
 		return d, n, nil
 	}
-	fanout := filepath.Dir(final)
-	_, statErr := os.Stat(fanout)
-	if err := os.MkdirAll(fanout, DirMode); err != nil {
+	if err := os.MkdirAll(filepath.Dir(final), DirMode); err != nil {
 		return fail(err)
 	}
+	s.dirty.Store(true)
 	if err := os.Rename(tmp, final); err != nil {
 		return fail(err)
 	}
-	if err := atomicfile.SyncDir(fanout); err != nil {
-		return d, n, fmt.Errorf("put blob %s: %w", d, err)
-	}
-	if statErr != nil {
-		if err := atomicfile.SyncDir(dir); err != nil {
-			return d, n, fmt.Errorf("put blob %s: %w", d, err)
-		}
-	}
 	return d, n, nil
+}
+
+// blobIntact reports whether path is a regular file of size bytes that
+// hashes to d. Dedup trusts nothing else.
+func (s *Store) blobIntact(path string, d Digest, size int64) bool {
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != size {
+		return false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return false
+	}
+	var got Digest
+	h.Sum(got[:0])
+	return got == d
+}
+
+// Sync makes every blob PutBlob wrote (or found) since the last Sync
+// durable, with one syncfs(2) of the store's file system. Put and PutRef
+// call it before anything durable names a blob.
+func (s *Store) Sync() error {
+	if !s.dirty.Swap(false) {
+		return nil
+	}
+	if err := atomicfile.SyncFS(filepath.Join(s.dir, "blobs")); err != nil {
+		s.dirty.Store(true)
+		return fmt.Errorf("sync blobs: %w", err)
+	}
+	return nil
 }
 
 // OpenBlob opens blob d. The reader re-hashes what it returns; at the end
@@ -277,7 +312,10 @@ func (s *Store) PutRef(kind, key string, d Digest) error {
 	if err := os.MkdirAll(filepath.Dir(path), DirMode); err != nil {
 		return fmt.Errorf("put ref %s/%s: %w", kind, key, err)
 	}
-	if err := atomicfile.WriteFile(path, []byte(d.String()+"\n"), 0o644); err != nil {
+	// The blob a ref names is durable before the ref: one syncfs covers
+	// both (see atomicfile.Options.SyncFS).
+	if err := atomicfile.Write(path, []byte(d.String()+"\n"), 0o644, atomicfile.Options{SyncFS: s.dirty.Swap(false)}); err != nil {
+		s.dirty.Store(true)
 		return fmt.Errorf("put ref %s/%s: %w", kind, key, err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nix-community/go-nix/pkg/nixbase32"
@@ -31,8 +32,13 @@ var (
 //	DIR/tmp/                  staging for fetches and writes in progress
 //
 // Every file is written to a temp file in the directory it lands in (names
-// starting with ".tmp-"), synced, renamed, and the directory synced. Readers
-// ignore temp files, so a crash leaves at most an unused temp file.
+// starting with ".tmp-") and renamed into place; readers ignore temp files.
+// Blobs are not synced one by one: Put (and PutRef) first make every blob
+// written since the last sync durable with one syncfs(2), then write the
+// record (temp file, that syncfs or an fsync, rename, directory fsync). So
+// a durable record only names durable blobs, and a crash can leave at worst
+// a torn blob that no record names. Dedup re-hashes a present blob before
+// keeping it and replaces one that does not match; readers verify on read.
 //
 // Blobs hold job output (logs, outputs), which may be secret: every
 // directory is 0700 and every blob 0400, so only the store's owner reads
@@ -45,6 +51,9 @@ type Store struct {
 	// afterTempWrite, when set (tests), runs after a record's temp file is
 	// written and synced and before it is renamed into place.
 	afterTempWrite func()
+
+	// dirty is set when a blob may not be durable yet (see Sync).
+	dirty atomic.Bool
 }
 
 const tmpPrefix = atomicfile.TempPrefix
@@ -137,10 +146,22 @@ func (s *Store) Put(r *Record) (ID, error) {
 	}
 	id := IDOf(b)
 	path := s.RecordPath(id)
-	if _, err := os.Stat(path); err == nil {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, b) {
+		// Present and intact (a damaged copy is rewritten below), but
+		// perhaps not yet durable, and the blobs it names must be.
+		if err := s.Sync(); err != nil {
+			return ID{}, fmt.Errorf("put record %s: %w", id, err)
+		}
 		return id, nil
 	}
-	if err := atomicfile.Write(path, b, 0o444, atomicfile.Options{BeforeRename: s.afterTempWrite}); err != nil {
+	// One syncfs makes the blobs this record names and the record's own
+	// bytes durable before its name appears; without pending blobs a plain
+	// fsync of the record will do.
+	syncFS := s.dirty.Swap(false)
+	if err := atomicfile.Write(path, b, 0o444, atomicfile.Options{SyncFS: syncFS, BeforeRename: s.afterTempWrite}); err != nil {
+		if syncFS {
+			s.dirty.Store(true)
+		}
 		return ID{}, fmt.Errorf("put record %s: %w", id, err)
 	}
 	return id, nil

@@ -2,7 +2,9 @@
 // content or the whole new one, never half: a temporary file in the same
 // directory, fsync, rename, fsync of the directory. Every package that
 // writes state (records, results, state files, generated flakes, locks)
-// goes through it.
+// goes through it. A writer of many files can skip the per-file fsyncs
+// (NoSync) and make them durable with one SyncFS, or fold that syncfs into
+// the last file's write (Options.SyncFS), as the record store does.
 package atomicfile
 
 import (
@@ -25,6 +27,12 @@ type Options struct {
 	// (a namespace jail's agent writing for the host): the rename keeps
 	// it atomic.
 	NoSync bool
+	// SyncFS replaces the fsync of the temporary file by one syncfs(2) of
+	// the file system it is on, before the rename: the file's bytes and
+	// everything else written to that file system so far (say, blobs a
+	// record names) are durable before the new name appears. The
+	// directory is still fsynced after the rename. Ignored with NoSync.
+	SyncFS bool
 	// BeforeRename, when set, runs after the temporary file is complete
 	// and before the rename; tests use it to simulate a crash there.
 	BeforeRename func()
@@ -61,7 +69,13 @@ func write(path string, data []byte, perm os.FileMode, o Options) error {
 	if err := f.Chmod(perm); err != nil {
 		return fail(err)
 	}
-	if !o.NoSync {
+	switch {
+	case o.NoSync:
+	case o.SyncFS:
+		if err := syncfs(f); err != nil {
+			return fail(err)
+		}
+	default:
 		if err := f.Sync(); err != nil {
 			return fail(fmt.Errorf("fsync: %w", err))
 		}
@@ -95,4 +109,17 @@ func SyncDir(dir string) error {
 		return fmt.Errorf("fsync directory %s: %w", dir, err)
 	}
 	return nil
+}
+
+// SyncFS flushes the whole file system that holds path with one syncfs(2):
+// when it returns, every file written there (by this process or any other)
+// is durable. One SyncFS after many writes costs one journal commit instead
+// of one per file.
+func SyncFS(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return syncfs(f)
 }

@@ -59,3 +59,16 @@ func TestWriteFileErrorNamesPath(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestWriteSyncFS(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "record.json")
+	if err := Write(p, []byte("x"), 0o444, Options{SyncFS: true}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(p); err != nil || string(b) != "x" {
+		t.Fatalf("read %q %v", b, err)
+	}
+	if err := SyncFS(filepath.Dir(p)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build linux
+
+package atomicfile
+
+const sysSyncfs = 267
