@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -99,13 +100,80 @@ type bundle struct {
 	dataRaw []byte // canonical JSON of data
 }
 
-// Load reads, compiles and prepares the policy once. Mistakes in the sources
+// Load reads, compiles and prepares the policy. Mistakes in the sources
 // (rego, data, unreadable folders) come back as *SourceError.
+//
+// The sources are read every time, but a bundle this process has already
+// compiled (same digest, same file paths for its messages) is not compiled
+// again: Load returns the same *Engine, which is safe for concurrent use.
+// A long-running process (the server) pays the compile once per bundle.
 func Load(ctx context.Context, opts Options) (*Engine, error) {
 	b, err := readBundle(opts, false)
 	if err != nil {
 		return nil, err
 	}
+	key := b.cacheKey()
+	if e := engines.get(key); e != nil {
+		return e, nil
+	}
+	e, err := compile(ctx, opts, b)
+	if err != nil {
+		return nil, err
+	}
+	engines.put(key, e)
+	return e, nil
+}
+
+// engineCache holds compiled engines by bundle. It is bounded so a process
+// that loads ever-new bundles does not grow without end.
+type engineCache struct {
+	mu sync.Mutex
+	m  map[string]*Engine
+}
+
+const maxCachedEngines = 16
+
+var engines = &engineCache{m: map[string]*Engine{}}
+
+func (c *engineCache) get(key string) *Engine {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[key]
+}
+
+func (c *engineCache) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.m)
+}
+
+func (c *engineCache) put(key string, e *Engine) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= maxCachedEngines {
+		for k := range c.m {
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[key] = e
+}
+
+// cacheKey is the bundle digest and the paths its files were read from
+// (compile and evaluation errors name them), so a cached engine says the
+// same as a fresh one would.
+func (b *bundle) cacheKey() string {
+	var sb strings.Builder
+	sb.WriteString(b.digest().String())
+	for _, s := range b.sources {
+		sb.WriteString("\x00")
+		sb.WriteString(s.file)
+	}
+	return sb.String()
+}
+
+// compile parses, compiles and prepares b.
+func compile(ctx context.Context, opts Options, b *bundle) (*Engine, error) {
 	caps := capabilities()
 	modules, err := parseModules(b.sources, caps)
 	if err != nil {
