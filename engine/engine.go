@@ -91,6 +91,10 @@ type Realised struct {
 	Runner  string             // vm: the microvm.nix runner's store path
 	EnvPath string             // namespace: the step's buildEnv store path
 	Closure []record.StorePath // every store path the step runs on
+	// Environment is the hash of the step's environment (nixgen), which
+	// steps of the same environment share. With a flake of the user's own,
+	// it names the attribute built from that flake.
+	Environment *record.Digest
 }
 
 // RealiseFunc builds the given steps (with their resolved isolation).
@@ -316,7 +320,7 @@ func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepRes
 	if err := assemble(r.o.Store, dirs.Workspace, ps, job.UID, job.GID); err != nil {
 		return vmrunner.StepResult{}, err
 	}
-	sr := &record.Step{Name: step.Name, Isolation: string(step.Isolation), Closure: real.Closure, Inputs: map[string]record.Digest{}}
+	sr := &record.Step{Name: step.Name, Isolation: string(step.Isolation), Closure: real.Closure, Environment: real.Environment, Inputs: map[string]record.Digest{}}
 	// What the step receives was verified on its way in (fetched inputs
 	// against their pins, outputs of needed steps as the NARs stored when
 	// those steps ended); the record names each by that digest.

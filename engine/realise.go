@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/agentsandbox/agentsandbox/nixbuild"
 	"github.com/agentsandbox/agentsandbox/nixgen"
@@ -52,14 +54,26 @@ func (n *NixRealiser) Realise(ctx context.Context, steps []workflow.Step) (map[s
 			return nil, fmt.Errorf("generate flake: %w", err)
 		}
 	}
+	// Steps of one environment share one attribute: build each once.
 	var attrs []string
-	owner := map[string]string{}
-	kind := map[string]bool{} // attr → is a runner
+	users := map[string][]string{}     // attr → the steps it realises
+	kind := map[string]bool{}          // attr → is a runner
+	env := map[string]nixgen.EnvHash{} // step → its environment
 	for _, s := range steps {
-		attr, runner := n.attrFor(s)
+		attr, runner, h, err := n.attrFor(s)
+		if err != nil {
+			return nil, &BuildError{Err: fmt.Errorf("step %q: %w", s.Name, err)}
+		}
+		if _, ok := users[attr]; !ok {
+			attrs = append(attrs, attr)
+		}
+		users[attr] = append(users[attr], s.Name)
 		kind[attr] = runner
-		attrs = append(attrs, attr)
-		owner[attr] = s.Name
+		env[s.Name] = h
+	}
+	owner := map[string]string{}
+	for attr, names := range users {
+		owner[attr] = ownerOf(names)
 	}
 	outs, err := nixbuild.Build(ctx, dir, attrs, nixbuild.Options{
 		Offline:    n.Offline,
@@ -73,10 +87,13 @@ func (n *NixRealiser) Realise(ctx context.Context, steps []workflow.Step) (map[s
 	}
 	got := map[string]Realised{}
 	for _, o := range outs {
-		step := owner[o.Attr]
+		names, ok := users[o.Attr]
+		if !ok {
+			continue
+		}
 		infos, err := nixbuild.Closure(ctx, []string{o.Out})
 		if err != nil {
-			return nil, &BuildError{Err: fmt.Errorf("step %q: list closure of %s: %w", step, o.Out, err)}
+			return nil, &BuildError{Err: fmt.Errorf("%s: list closure of %s: %w", stepList(names), o.Out, err)}
 		}
 		r := Realised{}
 		if kind[o.Attr] {
@@ -87,11 +104,17 @@ func (n *NixRealiser) Realise(ctx context.Context, steps []workflow.Step) (map[s
 		for _, pi := range infos {
 			h, err := record.ParseNarHash(pi.NarHash)
 			if err != nil {
-				return nil, &BuildError{Err: fmt.Errorf("step %q: closure path %s: %w", step, pi.Path, err)}
+				return nil, &BuildError{Err: fmt.Errorf("%s: closure path %s: %w", stepList(names), pi.Path, err)}
 			}
 			r.Closure = append(r.Closure, record.StorePath{Path: pi.Path, NarHash: h, NarSize: pi.NarSize})
 		}
-		got[step] = r
+		for _, name := range names {
+			rs := r
+			rs.Closure = slices.Clone(r.Closure)
+			d := record.Digest(env[name])
+			rs.Environment = &d
+			got[name] = rs
+		}
 	}
 	for _, s := range steps {
 		if _, ok := got[s.Name]; !ok {
@@ -101,16 +124,44 @@ func (n *NixRealiser) Realise(ctx context.Context, steps []workflow.Step) (map[s
 	return got, nil
 }
 
-// attrFor is the flake attribute that realises step s, and whether it is a
-// VM runner (else a package environment).
-func (n *NixRealiser) attrFor(s workflow.Step) (attr string, runner bool) {
+// stepList names the steps an attribute realises, for errors: `step "a"`,
+// or `steps "a", "b" and 3 more`.
+func stepList(names []string) string {
+	switch len(names) {
+	case 1:
+		return fmt.Sprintf("step %q", names[0])
+	case 2:
+		return fmt.Sprintf("steps %q and %q", names[0], names[1])
+	default:
+		return fmt.Sprintf("steps %q, %q and %d more", names[0], names[1], len(names)-2)
+	}
+}
+
+// ownerOf is nixbuild's name for the steps of one attribute: "a", or
+// "a, b and 3 more" (nixbuild quotes it after "step").
+func ownerOf(names []string) string {
+	if len(names) <= 2 {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s, %s and %d more", names[0], names[1], len(names)-2)
+}
+
+// attrFor is the flake attribute that realises step s (its environment's),
+// whether it is a VM runner (else a package environment), and the
+// environment.
+func (n *NixRealiser) attrFor(s workflow.Step) (attr string, runner bool, h nixgen.EnvHash, err error) {
+	e, err := nixgen.EnvironmentOf(&s)
+	if err != nil {
+		return "", false, h, err
+	}
+	h = e.Hash()
 	if s.Isolation != workflow.IsolationVM {
-		return n.Gen.EnvAttr(s.Name), false
+		return n.Gen.EnvAttr(h), false, h, nil
 	}
 	if !n.KVM && s.Hypervisor == workflow.HypervisorQEMU {
-		return n.Gen.TCGRunnerAttr(s.Name), true
+		return n.Gen.TCGRunnerAttr(h), true, h, nil
 	}
-	return n.Gen.RunnerAttr(s.Name), true
+	return n.Gen.RunnerAttr(h), true, h, nil
 }
 
 // GenDirFor is the stable directory for w's generated flake under root.

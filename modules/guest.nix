@@ -57,6 +57,18 @@ let
     "${dest}${port}accept";
 
   hasHostRules = lib.any (r: r.host != null) cfg.network.allow;
+
+  # The step's name from job.json becomes the hostname, as the namespace
+  # jail does: the image is shared by every step of one environment, so it
+  # cannot carry the name. Only a DNS label is taken (step names are);
+  # anything else leaves the default hostname, and the agent reports a bad
+  # job.json itself.
+  setHostname = pkgs.writeShellScript "agentsandbox-hostname" ''
+    step=$(${pkgs.jq}/bin/jq -er '.step | strings' ${lib.escapeShellArg "${cfg.controlMount}/job.json"}) || exit 0
+    if [[ $step =~ ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$ ]]; then
+      printf '%s' "$step" > /proc/sys/kernel/hostname
+    fi
+  '';
 in
 {
   options.agentsandbox.guest = {
@@ -68,10 +80,14 @@ in
     };
 
     step = mkOption {
-      type = types.str;
-      default = config.networking.hostName;
-      defaultText = lib.literalExpression "config.networking.hostName";
-      description = "Name of the workflow step this VM runs (for logs).";
+      type = types.nullOr types.str;
+      default = null;
+      description = ''
+        Name of the workflow step this image runs, for the job unit's
+        description only. Generated flakes leave it null: one image serves
+        every step of an environment, and the step's name arrives at run
+        time in job.json, which also sets the guest's hostname.
+      '';
     };
 
     controlMount = mkOption {
@@ -145,10 +161,12 @@ in
     ];
 
     system.stateVersion = mkDefault lib.trivial.release;
+    # Until job.json names the step (see setHostname).
+    networking.hostName = mkDefault "agentsandbox";
 
     # The job service: one shot, then the VM ends whatever the outcome.
     systemd.services.agentsandbox-guest = {
-      description = "agentsandbox job of step ${cfg.step}";
+      description = "agentsandbox job" + lib.optionalString (cfg.step != null) " of step ${cfg.step}";
       wantedBy = [ "multi-user.target" ];
       after = [ "local-fs.target" "network.target" ];
       unitConfig.RequiresMountsFor = [ cfg.controlMount cfg.workspaceMount ];
@@ -156,6 +174,8 @@ in
       onFailure = [ "agentsandbox-exit.service" ];
       serviceConfig = {
         Type = "oneshot";
+        # "-": a hostname that cannot be set does not stop the job.
+        ExecStartPre = "-${setHostname}";
         ExecStart = "${cfg.package}/bin/agentsandbox-guest ${lib.escapeShellArg cfg.controlMount}";
         # Runs after success, failure and timeout alike.
         ExecStopPost = exitCommand;

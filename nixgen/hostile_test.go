@@ -62,8 +62,14 @@ func TestHostileValuesEvaluate(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "stub.json"), stubJSON, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	e, err := EnvironmentOf(&w.Steps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetchEnv := e.Hash().Name()
 	expr := `
 let
+  envName = "` + fetchEnv + `";
   pkgs = builtins.fromJSON (builtins.readFile ./stub.json);
   flake = import ./flake.nix;
   nixpkgs = {
@@ -76,15 +82,15 @@ let
     microvm.nixosModules.microvm = "microvm";
     agentsandbox.nixosModules.guest = "guest";
   };
-  step = n: import (./steps + "/${n}.nix") { inherit pkgs; };
+  env = import (./envs + "/${envName}.nix") { inherit pkgs; };
 in {
   description = flake.description;
   inputs = flake.inputs;
   envs = builtins.mapAttrs (n: v: v.paths) out.legacyPackages."x86_64-linux".stepEnvs;
   runners = out.packages."x86_64-linux";
   modules = builtins.mapAttrs (n: v: builtins.length v.modules) out.nixosConfigurations;
-  fetch = (step "fetch").environment.systemPackages;
-  guest = (step "fetch").agentsandbox.guest.network.allow;
+  fetch = env.environment.systemPackages;
+  guest = env.agentsandbox.guest.network.allow;
 }
 `
 	if err := os.WriteFile(filepath.Join(dir, "check.nix"), []byte(expr), 0o644); err != nil {
@@ -121,12 +127,17 @@ in {
 	if !reflect.DeepEqual(got.Fetch, w.Steps[0].Packages) {
 		t.Errorf("systemPackages = %q, want %q", got.Fetch, w.Steps[0].Packages)
 	}
-	if want := append([]string{"bashInteractive", "coreutils"}, w.Steps[0].Packages...); !reflect.DeepEqual(got.Envs["fetch"], want) {
-		t.Errorf("stepEnvs.fetch paths = %q, want %q", got.Envs["fetch"], want)
+	if want := append([]string{"bashInteractive", "coreutils"}, w.Steps[0].Packages...); !reflect.DeepEqual(got.Envs[fetchEnv], want) {
+		t.Errorf("stepEnvs.fetch paths = %q, want %q", got.Envs[fetchEnv], want)
 	}
 	for _, s := range w.Steps {
-		if got.Runners[s.Name] != "runner" || got.Modules[s.Name] != 3 {
-			t.Errorf("step %s: runner %q, %d modules", s.Name, got.Runners[s.Name], got.Modules[s.Name])
+		e, err := EnvironmentOf(&s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := e.Hash().Name()
+		if got.Runners[n] != "runner" || got.Modules[n] != 3 {
+			t.Errorf("step %s: environment %s: runner %q, %d modules", s.Name, n, got.Runners[n], got.Modules[n])
 		}
 	}
 	if len(got.Guest) != len(w.Steps[0].Network.Allow) {

@@ -2,7 +2,6 @@ package nixgen
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"regexp"
@@ -73,30 +72,31 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// RunnerAttr is the flake attribute of a step's microvm.nix runner
-// (config.microvm.declaredRunner): packages.<system>.<step>.
-func (o Options) RunnerAttr(step string) string {
-	return "packages." + o.withDefaults().System + "." + step
+// RunnerAttr is the flake attribute of an environment's microvm.nix runner
+// (config.microvm.declaredRunner): packages.<system>.<env>, where <env> is
+// h.Name(). Every step of that environment runs on it.
+func (o Options) RunnerAttr(h EnvHash) string {
+	return "packages." + o.withDefaults().System + "." + h.Name()
 }
 
-// EnvAttr is the flake attribute of a step's package environment (a
+// EnvAttr is the flake attribute of an environment's package environment (a
 // buildEnv of its packages) for the namespace backend:
-// legacyPackages.<system>.stepEnvs.<step>. It lives under legacyPackages so
-// a step name can never collide with a runner.
-func (o Options) EnvAttr(step string) string {
-	return "legacyPackages." + o.withDefaults().System + ".stepEnvs." + step
+// legacyPackages.<system>.stepEnvs.<env>. It lives under legacyPackages so
+// it is apart from the runners.
+func (o Options) EnvAttr(h EnvHash) string {
+	return "legacyPackages." + o.withDefaults().System + ".stepEnvs." + h.Name()
 }
 
-// TCGRunnerAttr is the flake attribute of a qemu step's runner under
+// TCGRunnerAttr is the flake attribute of a qemu environment's runner under
 // software emulation, for hosts where KVM does not work:
-// legacyPackages.<system>.tcgRunners.<step>.
-func (o Options) TCGRunnerAttr(step string) string {
-	return "legacyPackages." + o.withDefaults().System + ".tcgRunners." + step
+// legacyPackages.<system>.tcgRunners.<env>.
+func (o Options) TCGRunnerAttr(h EnvHash) string {
+	return "legacyPackages." + o.withDefaults().System + ".tcgRunners." + h.Name()
 }
 
-// ConfigAttr is the flake attribute of a step's NixOS configuration:
-// nixosConfigurations.<step>.
-func ConfigAttr(step string) string { return "nixosConfigurations." + step }
+// ConfigAttr is the flake attribute of an environment's NixOS
+// configuration: nixosConfigurations.<env>.
+func ConfigAttr(h EnvHash) string { return "nixosConfigurations." + h.Name() }
 
 // ErrNoNixpkgs is returned by Generate for a workflow that pins no nixpkgs:
 // there is nothing for Nix to build, and its steps run in the namespace
@@ -135,7 +135,6 @@ func Generate(w *workflow.Workflow, opts Options) (Files, error) {
 		ProjectURL:  String(opts.ProjectFlake),
 		System:      String(opts.System),
 	}
-	files := Files{{Path: "flake.nix"}}
 	seen := map[string]bool{}
 	for i := range w.Steps {
 		s := &w.Steps[i]
@@ -146,16 +145,24 @@ func Generate(w *workflow.Workflow, opts Options) (Files, error) {
 			return nil, fmt.Errorf("generate nix: step %q appears twice", s.Name)
 		}
 		seen[s.Name] = true
-		sd, fs, err := stepFor(w.Name, s)
+	}
+	groups, err := Environments(w)
+	if err != nil {
+		return nil, fmt.Errorf("generate nix: %w", err)
+	}
+	files := make(Files, 1, len(groups)+2)
+	files[0].Path = "flake.nix"
+	for _, g := range groups {
+		sd, fs, err := envFor(g.Hash, g.Environment)
 		if err != nil {
-			return nil, fmt.Errorf("generate nix for step %q: %w", s.Name, err)
+			return nil, fmt.Errorf("generate nix for step %q: %w", g.Steps[0], err)
 		}
-		fd.Steps = append(fd.Steps, fs)
-		b, err := render("step.nix.tmpl", sd)
+		fd.Envs = append(fd.Envs, fs)
+		b, err := render("env.nix.tmpl", sd)
 		if err != nil {
 			return nil, err
 		}
-		files = append(files, File{Path: "steps/" + s.Name + ".nix", Data: b})
+		files = append(files, File{Path: "envs/" + g.Hash.Name() + ".nix", Data: b})
 	}
 	b, err := render("flake.nix.tmpl", fd)
 	if err != nil {
@@ -198,33 +205,15 @@ func nixpkgsInput(n *workflow.Nixpkgs) nixpkgsData {
 	return nixpkgsData{URL: String(n.Ref + sep + "narHash=" + n.NarHash)}
 }
 
-// stepDigest identifies a step of a workflow by the two names: the tap name
-// and the MAC address come from it, so they stay the same when the step's
-// script or resources change and the host side can rely on them.
-func stepDigest(workflowName, step string) [32]byte {
-	h := sha256.New()
-	h.Write([]byte("agentsandbox/nixgen/step\x00"))
-	h.Write([]byte(workflowName))
-	h.Write([]byte{0})
-	h.Write([]byte(step))
-	var d [32]byte
-	h.Sum(d[:0])
-	return d
-}
+// TapID is the host-side name of the tap interface of every environment
+// with egress. Each step runs in a network namespace of its own, so one name
+// serves all of them and the image does not depend on the step.
+const TapID = "asb-tap0"
 
-// TapID is the host-side name of a step's tap interface: "asb" and 12 hex
-// digits of the step's digest, 15 characters (Linux's limit).
-func TapID(workflowName, step string) string {
-	d := stepDigest(workflowName, step)
-	return fmt.Sprintf("asb%x", d[:6])
-}
-
-// MAC is the guest's MAC address on the tap: locally administered, unicast
-// (first octet 0x02), the rest from the step's digest.
-func MAC(workflowName, step string) string {
-	d := stepDigest(workflowName, step)
-	return fmt.Sprintf("02:%02x:%02x:%02x:%02x:%02x", d[6], d[7], d[8], d[9], d[10])
-}
+// GuestMAC is the guest's MAC address on the tap: locally administered,
+// unicast, the rest GuestAddress (10.231.0.2). Like the addresses, it is the
+// same in every step's own network namespace.
+const GuestMAC = "02:00:0a:e7:00:02"
 
 // MemMiB converts a memory quota in bytes to microvm.mem, in MiB rounded up.
 // Exactly 2048 MiB is known to hang qemu (microvm.nix), so with qemu it

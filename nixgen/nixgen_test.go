@@ -197,16 +197,24 @@ func TestMemMiB(t *testing.T) {
 
 func TestAttrs(t *testing.T) {
 	var o Options
-	if got := o.RunnerAttr("train"); got != "packages.x86_64-linux.train" {
+	var h EnvHash
+	h[0], h[7], h[8] = 0xab, 0x01, 0xff
+	if got := h.Name(); got != "env-ab00000000000001" {
+		t.Errorf("Name = %q", got)
+	}
+	if got := o.RunnerAttr(h); got != "packages.x86_64-linux.env-ab00000000000001" {
 		t.Errorf("RunnerAttr = %q", got)
 	}
-	if got := o.EnvAttr("train"); got != "legacyPackages.x86_64-linux.stepEnvs.train" {
+	if got := o.EnvAttr(h); got != "legacyPackages.x86_64-linux.stepEnvs.env-ab00000000000001" {
 		t.Errorf("EnvAttr = %q", got)
 	}
-	if got := (Options{System: "aarch64-linux"}).RunnerAttr("a"); got != "packages.aarch64-linux.a" {
+	if got := o.TCGRunnerAttr(h); got != "legacyPackages.x86_64-linux.tcgRunners.env-ab00000000000001" {
+		t.Errorf("TCGRunnerAttr = %q", got)
+	}
+	if got := (Options{System: "aarch64-linux"}).RunnerAttr(h); got != "packages.aarch64-linux.env-ab00000000000001" {
 		t.Errorf("RunnerAttr = %q", got)
 	}
-	if got := ConfigAttr("a"); got != "nixosConfigurations.a" {
+	if got := ConfigAttr(h); got != "nixosConfigurations.env-ab00000000000001" {
 		t.Errorf("ConfigAttr = %q", got)
 	}
 }
@@ -270,7 +278,11 @@ func TestMicrovmOptions(t *testing.T) {
 
 	for name, w := range examples(t) {
 		for _, s := range w.Steps {
-			sd, _, err := stepFor(w.Name, &s)
+			e, err := EnvironmentOf(&s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sd, _, err := envFor(e.Hash(), e)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -309,7 +321,7 @@ func TestMicrovmOptions(t *testing.T) {
 			}
 			if sd.Tap != nil {
 				id, mac := unquote(t, sd.Tap.ID), unquote(t, sd.Tap.MAC)
-				if len(id) > 15 || !strings.HasPrefix(id, "asb") {
+				if len(id) > 15 || !strings.HasPrefix(id, "asb") || strings.ContainsAny(id, "/ ") {
 					t.Errorf("%s/%s: tap id %q longer than 15 or not asb-prefixed", name, s.Name, id)
 				}
 				if !macRE.MatchString(mac) || mac[:2] != "02" {
@@ -399,7 +411,7 @@ func TestWriteDir(t *testing.T) {
 	if b, _ := os.ReadFile(other); string(b) != "mine" {
 		t.Error("WriteDir touched a file it did not generate")
 	}
-	ents, _ := os.ReadDir(filepath.Join(dir, "steps"))
+	ents, _ := os.ReadDir(filepath.Join(dir, "envs"))
 	for _, e := range ents {
 		if strings.Contains(e.Name(), ".tmp-") {
 			t.Errorf("temporary file left behind: %s", e.Name())

@@ -15,7 +15,7 @@ type flakeData struct {
 	MicrovmURL  string
 	ProjectURL  string
 	System      string
-	Steps       []flakeStep
+	Envs        []flakeStep
 }
 
 // nixpkgsData is the nixpkgs input: URL, or GitHub in attribute form.
@@ -29,17 +29,15 @@ type githubData struct {
 }
 
 type flakeStep struct {
-	Attr     string   // the step name as a Nix string literal
-	Module   string   // ./steps/<step>.nix (the name is a checked DNS label)
-	EnvName  string   // literal: the buildEnv's name
+	Attr     string   // the environment's name (a checked "env-" + hex name)
+	Module   string   // ./envs/<name>.nix
 	Packages []string // pkgs."a"."b" selections
-	// TCG is set for qemu steps, which also get a software-emulation runner.
+	// TCG is set for qemu environments, which also get a software-emulation runner.
 	TCG bool
 }
 
 // stepData is what step.nix.tmpl prints; all fields are Nix text.
 type stepData struct {
-	HostName   string
 	Hypervisor string
 	VCPU       string
 	Mem        string
@@ -49,7 +47,6 @@ type stepData struct {
 	Volumes    []volumeData
 	Tap        *tapData
 	Packages   []string
-	Step       string
 	Control    string
 	Workspace  string
 	Allow      []allowData
@@ -73,19 +70,14 @@ type allowData struct {
 	Host, CIDR, Port string // Host or CIDR is "null"; Port "null" for any
 }
 
-// stepFor renders one step's module data and its flake entries.
-func stepFor(workflowName string, s *workflow.Step) (stepData, flakeStep, error) {
+// envFor renders one environment's module data and its flake entries. It
+// reads nothing but the Environment, so steps with equal environments get
+// byte-identical modules.
+func envFor(h EnvHash, e Environment) (stepData, flakeStep, error) {
 	var sd stepData
 	var fs flakeStep
-	if s.Resources.VCPU < 1 {
-		return sd, fs, fmt.Errorf("resources.vcpu is %d; want at least 1", s.Resources.VCPU)
-	}
-	if s.Resources.Memory < 1<<20 {
-		return sd, fs, fmt.Errorf("resources.memory is %d bytes; want at least 1 MiB", s.Resources.Memory)
-	}
-	mem, bumped := MemMiB(s.Resources.Memory, s.Hypervisor)
-	pkgs := make([]string, 0, len(s.Packages))
-	for _, p := range s.Packages {
+	pkgs := make([]string, 0, len(e.Packages))
+	for _, p := range e.Packages {
 		sel, err := attrPath("pkgs", p)
 		if err != nil {
 			return sd, fs, err
@@ -93,46 +85,39 @@ func stepFor(workflowName string, s *workflow.Step) (stepData, flakeStep, error)
 		pkgs = append(pkgs, sel)
 	}
 	sd = stepData{
-		HostName:   String(s.Name),
-		Hypervisor: String(string(s.Hypervisor)),
-		VCPU:       strconv.Itoa(s.Resources.VCPU),
-		Mem:        strconv.Itoa(mem),
-		MemBumped:  bumped,
+		Hypervisor: String(e.Hypervisor),
+		VCPU:       strconv.Itoa(e.VCPU),
+		Mem:        strconv.Itoa(e.MemMiB),
+		MemBumped:  e.MemMiB == 2049 && e.Hypervisor == string(workflow.HypervisorQEMU),
 		Socket:     String(ControlSocket),
 		Packages:   pkgs,
-		Step:       String(s.Name),
 		Control:    String(guestConstants.ControlMount),
 		Workspace:  String(guestConstants.WorkspaceMount),
 		Address:    String(GuestAddress),
 		Gateway:    String(HostAddress),
 	}
-	switch s.Hypervisor {
-	case workflow.HypervisorQEMU:
+	switch e.Shares {
+	case Shares9p:
 		sd.Shares = []shareData{
 			share9p(guestConstants.ControlTag, ControlSource, guestConstants.ControlMount),
 			share9p(guestConstants.WorkspaceTag, WorkspaceSource, guestConstants.WorkspaceMount),
 		}
-	case workflow.HypervisorCloudHypervisor:
+	case SharesVirtiofs:
 		sd.Shares = []shareData{
 			shareVirtiofs(guestConstants.ControlTag, ControlSource, guestConstants.ControlMount),
 			shareVirtiofs(guestConstants.WorkspaceTag, WorkspaceSource, guestConstants.WorkspaceMount),
 		}
-	case workflow.HypervisorFirecracker:
-		ws := int((s.Resources.Disk + 1<<20 - 1) >> 20)
-		if ws < MinWorkspaceImageMiB {
-			ws = MinWorkspaceImageMiB
-		}
+	case SharesVolumes:
 		sd.Volumes = []volumeData{
 			{Image: String(ControlImage), MountPoint: String(guestConstants.ControlMount), Label: String(guestConstants.ControlTag), Size: strconv.Itoa(ControlImageMiB)},
-			{Image: String(WorkspaceImage), MountPoint: String(guestConstants.WorkspaceMount), Label: String(guestConstants.WorkspaceTag), Size: strconv.Itoa(ws)},
+			{Image: String(WorkspaceImage), MountPoint: String(guestConstants.WorkspaceMount), Label: String(guestConstants.WorkspaceTag), Size: strconv.Itoa(e.WorkspaceMiB)},
 		}
 	default:
-		return sd, fs, fmt.Errorf("hypervisor %q is not supported; use %q, %q or %q", s.Hypervisor,
-			workflow.HypervisorQEMU, workflow.HypervisorCloudHypervisor, workflow.HypervisorFirecracker)
+		return sd, fs, fmt.Errorf("environment %s: shares %q are not %q, %q or %q", h.Name(), e.Shares, Shares9p, SharesVirtiofs, SharesVolumes)
 	}
-	if s.Network.HasEgress() {
-		sd.Tap = &tapData{ID: String(TapID(workflowName, s.Name)), MAC: String(MAC(workflowName, s.Name))}
-		for _, a := range s.Network.Allow {
+	if len(e.Allow) > 0 {
+		sd.Tap = &tapData{ID: String(TapID), MAC: String(GuestMAC)}
+		for _, a := range e.Allow {
 			r, err := parseAllow(a)
 			if err != nil {
 				return sd, fs, err
@@ -150,11 +135,10 @@ func stepFor(workflowName string, s *workflow.Step) (stepData, flakeStep, error)
 		}
 	}
 	fs = flakeStep{
-		Attr:     String(s.Name),
-		Module:   "./steps/" + s.Name + ".nix",
-		EnvName:  String("agentsandbox-env-" + s.Name),
+		Attr:     String(h.Name()),
+		Module:   "./envs/" + h.Name() + ".nix",
 		Packages: pkgs,
-		TCG:      s.Hypervisor == workflow.HypervisorQEMU,
+		TCG:      e.Hypervisor == string(workflow.HypervisorQEMU),
 	}
 	return sd, fs, nil
 }

@@ -104,6 +104,12 @@ type Step struct {
 	// empty and HostRoot fingerprints the host directories bound instead.
 	Closure  []StorePath `json:"closure"`
 	HostRoot *Digest     `json:"hostRoot,omitempty"`
+	// Environment is the hash of the step's environment (packages,
+	// hypervisor, vcpu, memory, network, shares; docs/nixgen.md), which
+	// every step realised from the same NixOS system, runner or package
+	// environment shares (with a flake of the user's own, the one whose
+	// attribute was built). Absent without Nix and in older records.
+	Environment *Digest `json:"environment,omitempty"`
 
 	// Inputs maps each input the step received to its digest, taken
 	// before the step started.

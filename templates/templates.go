@@ -1,7 +1,8 @@
 // Package templates holds the text/templates nixgen renders into a
-// workflow's flake: flake.nix.tmpl (the flake) and step.nix.tmpl (one NixOS
-// module per step). They print only values nixgen has already rendered as
-// Nix (escaped string literals, numbers), never raw user strings.
+// workflow's flake: flake.nix.tmpl (the flake), env.nix.tmpl (one NixOS
+// module per distinct environment) and tcg.nix.tmpl (software emulation).
+// They print only values nixgen has already rendered as Nix (escaped string
+// literals, numbers), never raw user strings.
 package templates
 
 import "embed"

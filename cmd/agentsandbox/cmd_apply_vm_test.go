@@ -11,7 +11,9 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/internal/vmfixture"
+	"github.com/agentsandbox/agentsandbox/nixgen"
 	"github.com/agentsandbox/agentsandbox/record"
+	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
 // vmFlake builds the VM test fixture (Debian's kernel, an initramfs with
@@ -35,10 +37,34 @@ func vmFlake(t *testing.T, steps ...string) string {
 		t.Fatal(err)
 	}
 	flake := filepath.Join(dir, "flake")
-	if _, err := vmfixture.BuildNix(ctx, flake, vmfixture.Options{Init: init, Steps: steps}, nil); err != nil {
+	if _, err := vmfixture.BuildNix(ctx, flake, vmfixture.Options{Init: init, Steps: defaultEnvNames(t, steps)}, nil); err != nil {
 		t.Fatalf("build the VM fixture: %v", err)
 	}
 	return flake
+}
+
+// defaultEnvNames is the attribute name apply builds for each of steps when
+// it has the built-in defaults (no packages, qemu, 1 vcpu, 512 MiB, no
+// network), as the fixture's steps all do: one environment, so one name.
+func defaultEnvNames(t *testing.T, steps []string) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var out []string
+	for _, name := range steps {
+		w, err := workflow.Parse("fixture.yaml", []byte("apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: fixture\nsteps:\n  - name: "+name+"\n    run: \"true\"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := nixgen.EnvironmentOf(&w.Steps[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := e.Hash().Name(); !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // TestApplyVM runs apply --isolation vm end to end in a real qemu guest:

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentsandbox/agentsandbox/engine"
+	"github.com/agentsandbox/agentsandbox/nixgen"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -27,8 +28,10 @@ func newPlanCmd(stdio Stdio) *cobra.Command {
 		Long: `plan validates a workflow and shows how it would run: the steps in waves (the
 steps of one wave need only earlier waves, so they may run in parallel),
 each step's vcpu, memory, pids, disk, timeout, bandwidth, network, isolation
-and hypervisor after defaults, and the workflow hash (sha256 of its
-canonical form). The isolation is the one the step would run with here:
+and hypervisor after defaults, the environment each step is realised from
+(steps with the same packages, hypervisor, vcpu, memory, network and shares
+share one NixOS system, runner and package environment; see
+docs/nixgen.md), and the workflow hash (sha256 of its canonical form). The isolation is the one the step would run with here:
 auto is resolved as apply resolves it (vm where KVM runs a guest, Nix and
 qemu are installed, running as root, and nixpkgs is pinned; else namespace).
 It runs nothing. With --json the same as one JSON object. The workflow must
@@ -58,6 +61,17 @@ type planJSON struct {
 	Hash    workflow.Hash     `json:"hash"`
 	Nixpkgs *workflow.Nixpkgs `json:"nixpkgs"`
 	Waves   [][]planStep      `json:"waves"`
+	// Environments lists each distinct environment Nix realises, with the
+	// steps that share it; empty when no step needs Nix.
+	Environments []planEnv `json:"environments"`
+}
+
+// planEnv is one environment of the plan.
+type planEnv struct {
+	Name        string             `json:"name"` // its attribute in the generated flake
+	Hash        nixgen.EnvHash     `json:"hash"` // as the record names it
+	Environment nixgen.Environment `json:"environment"`
+	Steps       []string           `json:"steps"`
 }
 
 type planStep struct {
@@ -69,6 +83,9 @@ type planStep struct {
 	Hypervisor workflow.Hypervisor `json:"hypervisor"`
 	Packages   []string            `json:"packages"`
 	Outputs    []string            `json:"outputs"`
+	// Environment is the name of the step's environment; empty when the
+	// step needs no Nix (namespace isolation without packages).
+	Environment string `json:"environment,omitempty"`
 }
 
 func runPlan(ctx context.Context, stdio Stdio, opts planOptions, args []string) error {
@@ -88,13 +105,18 @@ func runPlan(ctx context.Context, stdio Stdio, opts planOptions, args []string) 
 	if _, err := admit(ctx, opts.policy, path, plan, host, stdio.Err); err != nil {
 		return err
 	}
-	p := planJSON{File: path, Name: w.Name, Hash: w.Hash(), Nixpkgs: w.Nixpkgs, Waves: [][]planStep{}}
+	p := planJSON{File: path, Name: w.Name, Hash: w.Hash(), Nixpkgs: w.Nixpkgs, Waves: [][]planStep{}, Environments: []planEnv{}}
+	envOf, err := planEnvironments(plan, &p)
+	if err != nil {
+		return withExit(ExitInvalid, fmt.Errorf("plan %s: %w", path, err))
+	}
 	for _, wave := range plan.Waves() {
 		ws := make([]planStep, 0, len(wave))
 		for _, name := range wave {
 			s, _ := plan.StepByName(name)
 			ws = append(ws, planStep{Name: s.Name, Needs: s.Needs, Resources: s.Resources, Network: s.Network,
-				Isolation: s.Isolation, Hypervisor: s.Hypervisor, Packages: s.Packages, Outputs: s.Outputs})
+				Isolation: s.Isolation, Hypervisor: s.Hypervisor, Packages: s.Packages, Outputs: s.Outputs,
+				Environment: envOf[s.Name]})
 		}
 		p.Waves = append(p.Waves, ws)
 	}
@@ -112,7 +134,7 @@ func runPlan(ctx context.Context, stdio Stdio, opts planOptions, args []string) 
 	}
 	fmt.Fprintln(stdio.Out)
 	tw := tabwriter.NewWriter(stdio.Out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WAVE\tSTEP\tVCPU\tMEMORY\tPIDS\tDISK\tTIMEOUT\tBANDWIDTH\tNETWORK\tISOLATION\tHYPERVISOR\tNEEDS")
+	fmt.Fprintln(tw, "WAVE\tSTEP\tVCPU\tMEMORY\tPIDS\tDISK\tTIMEOUT\tBANDWIDTH\tNETWORK\tISOLATION\tHYPERVISOR\tENVIRONMENT\tNEEDS")
 	for i, wave := range p.Waves {
 		for _, s := range wave {
 			r := s.Resources
@@ -124,13 +146,64 @@ func runPlan(ctx context.Context, stdio Stdio, opts planOptions, args []string) 
 			if len(s.Needs) > 0 {
 				needs = strings.Join(s.Needs, ",")
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, s.Name, r.VCPU,
+			env := s.Environment
+			if env == "" {
+				env = "-"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, s.Name, r.VCPU,
 				workflow.FormatSize(r.Memory), r.PIDs, workflow.FormatSize(r.Disk), workflow.FormatTimeout(r.TimeoutMS),
-				workflow.FormatBandwidth(r.Bandwidth), net, s.Isolation, s.Hypervisor, needs)
+				workflow.FormatBandwidth(r.Bandwidth), net, s.Isolation, s.Hypervisor, env, needs)
 		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	return nil
+	if len(p.Environments) == 0 {
+		return nil
+	}
+	fmt.Fprintf(stdio.Out, "\n%d environments for %d steps that need Nix:\n", len(p.Environments), nixSteps(p.Environments))
+	tw = tabwriter.NewWriter(stdio.Out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ENVIRONMENT\tHASH\tSTEPS")
+	for _, e := range p.Environments {
+		fmt.Fprintf(tw, "%s\t%s\t%d: %s\n", e.Name, e.Hash, len(e.Steps), strings.Join(e.Steps, ","))
+	}
+	return tw.Flush()
+}
+
+// planEnvironments fills p.Environments with the environments of the steps
+// apply realises with Nix (vm isolation, or packages), in the order they
+// first appear, and returns each such step's environment name.
+func planEnvironments(plan *workflow.Workflow, p *planJSON) (map[string]string, error) {
+	envOf := map[string]string{}
+	index := map[nixgen.EnvHash]int{}
+	for _, wave := range plan.Waves() {
+		for _, name := range wave {
+			s, _ := plan.StepByName(name)
+			if s.Isolation != workflow.IsolationVM && len(s.Packages) == 0 {
+				continue
+			}
+			e, err := nixgen.EnvironmentOf(&s)
+			if err != nil {
+				return nil, fmt.Errorf("step %q: %w", s.Name, err)
+			}
+			h := e.Hash()
+			j, ok := index[h]
+			if !ok {
+				j = len(p.Environments)
+				index[h] = j
+				p.Environments = append(p.Environments, planEnv{Name: h.Name(), Hash: h, Environment: e})
+			}
+			p.Environments[j].Steps = append(p.Environments[j].Steps, s.Name)
+			envOf[s.Name] = h.Name()
+		}
+	}
+	return envOf, nil
+}
+
+func nixSteps(envs []planEnv) int {
+	n := 0
+	for _, e := range envs {
+		n += len(e.Steps)
+	}
+	return n
 }

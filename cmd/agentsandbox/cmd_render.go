@@ -24,13 +24,16 @@ func newRenderCmd(stdio Stdio) *cobra.Command {
 		Short: "Write the Nix flake and NixOS modules generated for a workflow",
 		Long: `render compiles a workflow into the Nix that agentsandbox builds: a flake.nix
 with one microvm.nix NixOS configuration, runner and package environment per
-step, and one module per step in steps/<step>.nix. Read it, commit it, or
-build it yourself with nix build DIR#packages.x86_64-linux.<step>.
+distinct environment (steps with the same packages, hypervisor, vcpu,
+memory, network and shares share one), and one module per environment in
+envs/<env>.nix. plan shows which steps use which environment. Read it,
+commit it, or build it yourself with nix build DIR#packages.x86_64-linux.<env>.
 
 The same workflow always gives byte-identical files. render writes only the
 files it generates and leaves anything else in DIR alone.` + exitStatusHelp,
 		Example: `  agentsandbox render examples/ml-experiment.yaml -o out/
-  nix build ./out#packages.x86_64-linux.prepare`,
+  agentsandbox plan examples/ml-experiment.yaml   # the ENVIRONMENT of each step
+  nix build ./out#packages.x86_64-linux.env-4f56a34253b7ca7b`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRender(cmd.Context(), stdio, opts, args)

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agentsandbox/agentsandbox/nixgen"
+	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
 func TestRenderWritesByteIdenticalFiles(t *testing.T) {
@@ -17,7 +20,19 @@ func TestRenderWritesByteIdenticalFiles(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	first := readTree(t, out)
-	for _, want := range []string{"flake.nix", "steps/prepare.nix", "steps/train-forest.nix"} {
+	w, _, err := workflow.ParseFile("../../examples/ml-experiment.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := nixgen.Environments(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wants := []string{"flake.nix", "tcg.nix"}
+	for _, g := range groups {
+		wants = append(wants, "envs/"+g.Hash.Name()+".nix")
+	}
+	for _, want := range wants {
 		if _, ok := first[want]; !ok {
 			t.Errorf("render did not write %s (wrote %v)", want, keys(first))
 		}
