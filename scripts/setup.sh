@@ -14,6 +14,7 @@ packages=(
   e2fsprogs         # mkfs.ext4 for the workspace quota image
   qemu-system-x86   # vm isolation (software emulation here)
   busybox-static    # VM test fixture initramfs; offline Nix test flakes
+  bubblewrap        # bwrap, the baseline the apply benchmarks are measured beside
   iproute2          # ip netns, for people inspecting runs
   git               # git inputs
   ca-certificates

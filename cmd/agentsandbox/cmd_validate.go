@@ -53,7 +53,16 @@ func runValidate(ctx context.Context, stdio Stdio, opts validateOptions, args []
 	worst := ExitOK
 	var host *policy.Host
 	for _, path := range args {
+		// Compile the policy on the other core while this one parses: a
+		// valid workflow's admission then finds it in policy.Load's cache.
+		// Errors are left for admit to report.
+		compiled := make(chan struct{})
+		go func() {
+			defer close(compiled)
+			_, _ = loadPolicy(ctx, opts.Policy, path)
+		}()
 		w, _, err := loadWorkflow(path, opts.Policy.parseOptions()...)
+		<-compiled
 		if err != nil {
 			worst = max(worst, ExitInvalid)
 			reportLoadError(stdio.Err, err)
