@@ -39,19 +39,29 @@ func (fs Files) Paths() []string {
 }
 
 // WriteDir writes every file below dir, creating directories as needed. Each
-// file is written atomically (temporary file in the same directory, fsync,
-// rename), so a reader sees the old or the new content, never a torn file.
+// file is written atomically (temporary file in the same directory, rename),
+// so a reader sees the old or the new content, never a torn file.
 // Files in dir that are not part of fs are left alone.
+//
+// Nothing is fsynced: the files are a pure function of the workflow, and
+// render and apply write them again each time. A crash soon after can leave
+// a file empty or at its old content (ext4 flushes a file renamed over an
+// old one at the next commit); the next render rewrites it. An fsync per
+// file made render of 1,000 steps cost seconds.
 func (fs Files) WriteDir(dir string) error {
+	made := map[string]bool{}
 	for _, f := range fs {
 		if err := checkRelPath(f.Path); err != nil {
 			return fmt.Errorf("write %s: %w", dir, err)
 		}
 		dst := filepath.Join(dir, filepath.FromSlash(f.Path))
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return fmt.Errorf("write %s: %w", dst, err)
+		if parent := filepath.Dir(dst); !made[parent] {
+			if err := os.MkdirAll(parent, 0o755); err != nil {
+				return fmt.Errorf("write %s: %w", dst, err)
+			}
+			made[parent] = true
 		}
-		if err := atomicfile.WriteFile(dst, f.Data, 0o644); err != nil {
+		if err := atomicfile.Write(dst, f.Data, 0o644, atomicfile.Options{NoSync: true}); err != nil {
 			return err
 		}
 	}

@@ -24,8 +24,9 @@ const TempPrefix = ".tmp-"
 type Options struct {
 	// NoSync skips both fsyncs. Only for a writer whose readers share its
 	// kernel and page cache and who need no durability across a crash
-	// (a namespace jail's agent writing for the host): the rename keeps
-	// it atomic.
+	// (a namespace jail's agent writing for the host), or whose output is
+	// written again on every run (nixgen's generated files): the rename
+	// keeps it atomic.
 	NoSync bool
 	// SyncFS replaces the fsync of the temporary file by one syncfs(2) of
 	// the file system it is on, before the rename: the file's bytes and
