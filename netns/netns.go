@@ -94,9 +94,16 @@ func Create(name string) (*NS, error) {
 		}
 		defer orig.Close()
 		h, err := vnetns.NewNamed(name)
-		// NewNamed may have switched the thread even when it failed.
+		if err == nil {
+			// The thread is in the new namespace: bring lo up from here
+			// with one route socket, instead of a handle that enters the
+			// namespace again for each netlink family.
+			if lerr := loUp(); lerr != nil {
+				err = fmt.Errorf("bring lo up: %w", lerr)
+				h.Close()
+			}
+		}
 		if rerr := vnetns.Set(orig); rerr != nil {
-			// Leave the thread locked: Go ends it with this goroutine.
 			if err == nil {
 				h.Close()
 			}
@@ -116,25 +123,27 @@ func Create(name string) (*NS, error) {
 		return nil, fmt.Errorf("create netns %q: %w", name, r.err)
 	}
 	ns := &NS{name: name, handle: r.h}
-	h, err := ns.Handle()
-	if err == nil {
-		var lo netlink.Link
-		lo, err = h.LinkByName("lo")
-		if err == nil {
-			err = h.LinkSetUp(lo)
-		}
-		h.Close()
-	}
-	if err != nil {
-		_ = ns.Delete()
-		return nil, fmt.Errorf("create netns %q: bring lo up: %w", name, err)
-	}
 	return ns, nil
 }
 
 // prepareRunDir makes RunDir a shared mount point, as iproute2 does, so that
 // namespaces added or deleted later propagate to mount namespaces cloned from
 // the host's (a jail makes its own copy private anyway).
+// loUp sets the loopback device of the calling thread's network namespace
+// up, through one NETLINK_ROUTE socket opened in that namespace.
+func loUp() error {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	return h.LinkSetUp(lo)
+}
+
 func prepareRunDir() error {
 	if err := os.MkdirAll(RunDir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", RunDir, err)
@@ -175,7 +184,9 @@ func (n *NS) Handle() (*netlink.Handle, error) {
 	if !n.handle.IsOpen() {
 		return nil, fmt.Errorf("netlink handle for netns %q: namespace is closed", n.name)
 	}
-	h, err := netlink.NewHandleAt(n.handle)
+	// Links, addresses, routes and qdiscs are all rtnetlink: one route
+	// socket, not one per family the library knows.
+	h, err := netlink.NewHandleAt(n.handle, unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle for netns %q: %w", n.name, err)
 	}
