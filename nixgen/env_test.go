@@ -46,7 +46,7 @@ func TestOneSystemForManySteps(t *testing.T) {
 	}
 	flake, _ := fs.Get("flake.nix")
 	name := groups[0].Hash.Name()
-	for _, want := range []string{"nixpkgs.lib.nixosSystem", "= self.nixosConfigurations.", "pkgs.buildEnv", "extendModules"} {
+	for _, want := range []string{"lib.nixosSystem {", "= microvmSystem ./envs/", "= self.nixosConfigurations.", "pkgs.buildEnv", "extendModules"} {
 		if n := strings.Count(string(flake), want); n != 1 {
 			t.Errorf("flake.nix has %q %d times, want once", want, n)
 		}

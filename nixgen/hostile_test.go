@@ -74,7 +74,12 @@ let
   flake = import ./flake.nix;
   nixpkgs = {
     legacyPackages."x86_64-linux" = pkgs // { buildEnv = a: a; };
-    lib.nixosSystem = a: a // { config.microvm.declaredRunner = "runner"; };
+    lib = {
+      nixosSystem = a: a // { config.microvm.declaredRunner = "runner"; };
+      replaceString = null;
+      versionAtLeast = v: min: builtins.compareVersions v min >= 0;
+      trivial.release = "26.05";
+    };
   };
   out = flake.outputs {
     self = out;

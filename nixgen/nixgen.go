@@ -120,8 +120,10 @@ func Generate(w *workflow.Workflow, opts Options) (Files, error) {
 	if len(w.Steps) == 0 {
 		return nil, fmt.Errorf("generate nix for workflow %q: it has no steps", w.Name)
 	}
+	mv, mvDefault := microvmPin(w)
 	for _, c := range []struct{ what, v string }{
 		{"workflow name", w.Name}, {"nixpkgs ref", w.Nixpkgs.Ref}, {"nixpkgs narHash", w.Nixpkgs.NarHash},
+		{"microvm ref", mv.Ref}, {"microvm narHash", mv.NarHash},
 		{"project flake", opts.ProjectFlake}, {"system", opts.System},
 	} {
 		if err := CheckString(c.what, c.v); err != nil {
@@ -131,9 +133,18 @@ func Generate(w *workflow.Workflow, opts Options) (Files, error) {
 	fd := flakeData{
 		Description: String("agentsandbox workflow " + w.Name),
 		Nixpkgs:     nixpkgsInput(w.Nixpkgs),
-		MicrovmURL:  String(MicrovmFlake),
+		Microvm:     flakeInput(mv.Ref, mv.NarHash),
 		ProjectURL:  String(opts.ProjectFlake),
 		System:      String(opts.System),
+	}
+	if mvDefault {
+		fd.Check = &checkData{
+			MinRelease: String(MinNixpkgsRelease),
+			Message: String(fmt.Sprintf("agentsandbox: nixpkgs %s is too old for microvm.nix %s, agentsandbox's default, which needs nixpkgs %s or later (lib.replaceString). "+
+				"Pin a newer nixpkgs in the workflow (nixpkgs: github:NixOS/nixpkgs/<commit of nixos-%s or later>), "+
+				"or pin a microvm.nix revision that supports this nixpkgs (microvm: github:microvm-nix/microvm.nix/<commit>). This nixpkgs is release ",
+				w.Nixpkgs.Ref, DefaultMicrovmRev[:12], MinNixpkgsRelease, MinNixpkgsRelease)),
+		}
 	}
 	seen := map[string]bool{}
 	for i := range w.Steps {
@@ -177,12 +188,38 @@ func Generate(w *workflow.Workflow, opts Options) (Files, error) {
 	return files, nil
 }
 
-// MicrovmFlake is the microvm.nix input. Its revision is pinned by the
-// flake.lock Nix writes on the first build, which the realiser keeps.
+// MicrovmFlake is microvm.nix's repository as a flake reference; the
+// generated flake pins it to the workflow's microvm: revision, or to
+// DefaultMicrovmRev.
 const MicrovmFlake = "github:microvm-nix/microvm.nix"
+
+// DefaultMicrovmRev is the microvm.nix revision a workflow without a
+// microvm: pin is built with: the one this project's generated modules are
+// checked against (scripts/check-microvm-options.sh, 2026-08-09). It needs
+// nixpkgs 25.11 or later (it calls lib.replaceString, which nixpkgs added
+// on 2025-05-27; its CI builds release-26.05 and nixos-unstable), which the
+// generated flake asserts (MinNixpkgsRelease).
+const DefaultMicrovmRev = "71beea0076cd46dafcee97a5a2e7d00cbba5bd2f"
+
+// MinNixpkgsRelease is the oldest nixpkgs release (lib.trivial.release)
+// DefaultMicrovmRev evaluates with.
+const MinNixpkgsRelease = "25.11"
+
+// microvmPin is the microvm.nix pin of w: its own, or the default.
+func microvmPin(w *workflow.Workflow) (pin workflow.Microvm, isDefault bool) {
+	if w.Microvm != nil {
+		return *w.Microvm, false
+	}
+	return workflow.Microvm{Ref: MicrovmFlake + "/" + DefaultMicrovmRev, Rev: DefaultMicrovmRev}, true
+}
 
 // githubRefRE matches the usual nixpkgs pin, github:OWNER/REPO/COMMIT.
 var githubRefRE = regexp.MustCompile(`^github:([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)/([0-9a-f]{40})$`)
+
+// flakeInput renders a pinned input (nixpkgs or microvm.nix).
+func flakeInput(ref, narHash string) nixpkgsData {
+	return nixpkgsInput(&workflow.Nixpkgs{Ref: ref, NarHash: narHash})
+}
 
 // nixpkgsInput renders the nixpkgs input. With a narHash and a github ref it
 // is the attribute form { type = "github"; ...; narHash = ...; }, which

@@ -12,10 +12,19 @@ import (
 type flakeData struct {
 	Description string
 	Nixpkgs     nixpkgsData
-	MicrovmURL  string
-	ProjectURL  string
-	System      string
-	Envs        []flakeStep
+	Microvm     nixpkgsData
+	// Check, when set, makes every NixOS system assert that nixpkgs is
+	// new enough for the default microvm.nix.
+	Check      *checkData
+	ProjectURL string
+	System     string
+	Envs       []flakeStep
+}
+
+// checkData is the nixpkgs age check: MinRelease is compared with
+// lib.trivial.release; Message is thrown, followed by that release.
+type checkData struct {
+	MinRelease, Message string
 }
 
 // nixpkgsData is the nixpkgs input: URL, or GitHub in attribute form.

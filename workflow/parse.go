@@ -46,7 +46,7 @@ const (
 
 // The keys each mapping accepts, in the order docs/workflow.md lists them.
 var (
-	workflowKeys  = []string{"apiVersion", "kind", "name", "nixpkgs", "defaults", "inputs", "steps"}
+	workflowKeys  = []string{"apiVersion", "kind", "name", "nixpkgs", "microvm", "defaults", "inputs", "steps"}
 	nixpkgsKeys   = []string{"ref", "narHash"}
 	defaultsKeys  = []string{"resources", "network", "isolation", "hypervisor", "env"}
 	inputKeys     = []string{"source", "sha256", "commit", "dest"}
@@ -250,6 +250,15 @@ func (p *parser) workflow(n *yaml.Node) *Workflow {
 	if e, ok := f["nixpkgs"]; ok {
 		w.Nixpkgs = p.nixpkgs(e.v)
 	}
+	if e, ok := f["microvm"]; ok {
+		if _, nix := f["nixpkgs"]; !nix {
+			p.errorf(e.k, "microvm pins microvm.nix, which builds VMs from nixpkgs; add nixpkgs: github:NixOS/nixpkgs/<40-hex commit> too")
+		}
+		if pin := p.pin(e.v, "microvm", microvmExample); pin != nil {
+			m := Microvm(*pin)
+			w.Microvm = &m
+		}
+	}
 	if e, ok := f["inputs"]; ok {
 		w.Inputs = p.inputs(e.v)
 	}
@@ -283,27 +292,40 @@ func (p *parser) workflow(n *yaml.Node) *Workflow {
 	return w
 }
 
+// nixpkgsExample and microvmExample are how each pin is written, for
+// errors.
+const (
+	nixpkgsExample = "github:NixOS/nixpkgs/<40-hex commit>"
+	microvmExample = "github:microvm-nix/microvm.nix/<40-hex commit>"
+)
+
 // nixpkgs reads a flake ref string or {ref, narHash}.
 func (p *parser) nixpkgs(n *yaml.Node) *Nixpkgs {
+	return p.pin(n, "nixpkgs", nixpkgsExample)
+}
+
+// pin reads the flake ref string or {ref, narHash} of the top-level key
+// what (nixpkgs or microvm); example is how its ref is written.
+func (p *parser) pin(n *yaml.Node, what, example string) *Nixpkgs {
 	n = resolve(n)
 	np := &Nixpkgs{}
 	refNode := n
 	switch n.Kind {
 	case yaml.MappingNode:
-		f, ok := p.fields(n, "nixpkgs", nixpkgsKeys)
+		f, ok := p.fields(n, what, nixpkgsKeys)
 		if !ok {
 			return nil
 		}
 		e, ok := f["ref"]
 		if !ok {
-			p.errorf(n, "nixpkgs has no ref; add ref: github:NixOS/nixpkgs/<40-hex commit>")
+			p.errorf(n, "%s has no ref; add ref: %s", what, example)
 			return nil
 		}
 		refNode = resolve(e.v)
 		if h, ok := f["narHash"]; ok {
-			if s, ok := p.str(h.v, "nixpkgs narHash"); ok {
+			if s, ok := p.str(h.v, what+" narHash"); ok {
 				if b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "sha256-")); !strings.HasPrefix(s, "sha256-") || err != nil || len(b) != 32 {
-					p.errorf(resolve(h.v), "nixpkgs narHash %q must be \"sha256-\" and 44 base64 characters, as `nix flake metadata` prints it", s)
+					p.errorf(resolve(h.v), "%s narHash %q must be \"sha256-\" and 44 base64 characters, as `nix flake metadata` prints it", what, s)
 				} else {
 					np.NarHash = s
 				}
@@ -311,16 +333,16 @@ func (p *parser) nixpkgs(n *yaml.Node) *Nixpkgs {
 		}
 	case yaml.ScalarNode:
 	default:
-		p.errorf(n, "nixpkgs must be a flake ref such as github:NixOS/nixpkgs/<40-hex commit>, or a mapping with ref and narHash, not %s", describe(n))
+		p.errorf(n, "%s must be a flake ref such as %s, or a mapping with ref and narHash, not %s", what, example, describe(n))
 		return nil
 	}
-	ref, ok := p.str(refNode, "nixpkgs ref")
+	ref, ok := p.str(refNode, what+" ref")
 	if !ok {
 		return nil
 	}
-	rev, err := flakeRev(ref)
+	rev, err := flakeRevAs(ref, example)
 	if err != nil {
-		p.errorf(refNode, "nixpkgs ref %q %v", ref, err)
+		p.errorf(refNode, "%s ref %q %v", what, ref, err)
 		return nil
 	}
 	np.Ref, np.Rev = ref, rev
@@ -329,8 +351,11 @@ func (p *parser) nixpkgs(n *yaml.Node) *Nixpkgs {
 
 // flakeRev returns the commit a flake ref is pinned to: the third path
 // segment of github:/gitlab:/sourcehut: refs, or a rev= parameter.
-func flakeRev(ref string) (string, error) {
-	const how = "write it like github:NixOS/nixpkgs/<40-hex commit>"
+func flakeRev(ref string) (string, error) { return flakeRevAs(ref, nixpkgsExample) }
+
+// flakeRevAs is flakeRev with errors that show example.
+func flakeRevAs(ref, example string) (string, error) {
+	how := "write it like " + example
 	if strings.TrimSpace(ref) != ref || ref == "" || strings.ContainsAny(ref, " \t\n") {
 		return "", fmt.Errorf("is not a flake ref; %s", how)
 	}

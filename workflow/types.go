@@ -19,6 +19,10 @@ type Workflow struct {
 	// Nixpkgs is nil when the workflow pins no nixpkgs; then no step may
 	// list packages or ask for vm isolation.
 	Nixpkgs *Nixpkgs `json:"nixpkgs,omitempty"`
+	// Microvm pins microvm.nix; nil means nixgen's default revision
+	// (nixgen.DefaultMicrovmRev). Left out of the canonical form when nil,
+	// so workflows without it keep their hashes.
+	Microvm *Microvm `json:"microvm,omitempty"`
 	// Inputs are sorted by name.
 	Inputs []Input `json:"inputs"`
 	// Steps keep their file order; Canonical sorts them by name.
@@ -28,6 +32,15 @@ type Workflow struct {
 // Nixpkgs pins the package set. Ref is a flake reference whose revision is a
 // full 40-hex commit, such as "github:NixOS/nixpkgs/<commit>".
 type Nixpkgs struct {
+	Ref     string `json:"ref"`
+	Rev     string `json:"rev"`               // the 40-hex commit taken from Ref
+	NarHash string `json:"narHash,omitempty"` // SRI form, "sha256-..."
+}
+
+// Microvm pins microvm.nix the way Nixpkgs pins nixpkgs: Ref is a flake
+// reference whose revision is a full 40-hex commit, such as
+// "github:microvm-nix/microvm.nix/<commit>".
+type Microvm struct {
 	Ref     string `json:"ref"`
 	Rev     string `json:"rev"`               // the 40-hex commit taken from Ref
 	NarHash string `json:"narHash,omitempty"` // SRI form, "sha256-..."

@@ -60,6 +60,9 @@ type planJSON struct {
 	Name    string            `json:"name"`
 	Hash    workflow.Hash     `json:"hash"`
 	Nixpkgs *workflow.Nixpkgs `json:"nixpkgs"`
+	// Microvm is the microvm.nix VMs are built with: the workflow's pin, or
+	// nixgen's default; null without nixpkgs.
+	Microvm *workflow.Microvm `json:"microvm"`
 	Waves   [][]planStep      `json:"waves"`
 	// Environments lists each distinct environment Nix realises, with the
 	// steps that share it; empty when no step needs Nix.
@@ -105,7 +108,12 @@ func runPlan(ctx context.Context, stdio Stdio, opts planOptions, args []string) 
 	if _, err := admit(ctx, opts.policy, path, plan, host, stdio.Err); err != nil {
 		return err
 	}
-	p := planJSON{File: path, Name: w.Name, Hash: w.Hash(), Nixpkgs: w.Nixpkgs, Waves: [][]planStep{}, Environments: []planEnv{}}
+	p := planJSON{File: path, Name: w.Name, Hash: w.Hash(), Nixpkgs: w.Nixpkgs, Microvm: w.Microvm, Waves: [][]planStep{}, Environments: []planEnv{}}
+	microvmNote := ""
+	if w.Nixpkgs != nil && w.Microvm == nil {
+		p.Microvm = &workflow.Microvm{Ref: nixgen.MicrovmFlake + "/" + nixgen.DefaultMicrovmRev, Rev: nixgen.DefaultMicrovmRev}
+		microvmNote = " (default; needs nixpkgs " + nixgen.MinNixpkgsRelease + " or later)"
+	}
 	envOf, err := planEnvironments(plan, &p)
 	if err != nil {
 		return withExit(ExitInvalid, fmt.Errorf("plan %s: %w", path, err))
@@ -129,6 +137,7 @@ func runPlan(ctx context.Context, stdio Stdio, opts planOptions, args []string) 
 	fmt.Fprintf(stdio.Out, "hash     %s\n", p.Hash)
 	if p.Nixpkgs != nil {
 		fmt.Fprintf(stdio.Out, "nixpkgs  %s\n", p.Nixpkgs.Ref)
+		fmt.Fprintf(stdio.Out, "microvm  %s%s\n", p.Microvm.Ref, microvmNote)
 	} else {
 		fmt.Fprintf(stdio.Out, "nixpkgs  none (steps use the host's tools)\n")
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentsandbox/agentsandbox/nixgen"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -25,6 +26,7 @@ func TestPlanText(t *testing.T) {
 		"workflow ml-experiment (" + file + ")\n",
 		"hash     " + w.Hash().String() + "\n",
 		"nixpkgs  github:NixOS/nixpkgs/",
+		"microvm  github:microvm-nix/microvm.nix/" + nixgen.DefaultMicrovmRev + " (default; needs nixpkgs 25.11 or later)\n",
 		"WAVE  STEP          VCPU  MEMORY  PIDS  DISK  TIMEOUT  BANDWIDTH  NETWORK  ISOLATION  HYPERVISOR  ENVIRONMENT           NEEDS\n",
 		"1     prepare       2     2GiB    512   4GiB  5m0s     unlimited  none     vm         qemu        env-",
 		"2     train-forest  4     4GiB    512   4GiB  1h30m0s  unlimited  none     vm         qemu        env-",
@@ -56,7 +58,7 @@ func TestPlanJSON(t *testing.T) {
 		len(test.Network.Allow) != 2 || test.Network.Allow[1] != "goproxy.corp.example:443" {
 		t.Errorf("test step: %+v", test)
 	}
-	if p.Hash.String() == "" || p.Nixpkgs == nil || p.Nixpkgs.Rev != "8f3e1f807051e32d8c95cd12b9b421623850a34d" {
+	if p.Hash.String() == "" || p.Nixpkgs == nil || p.Nixpkgs.Rev != "8fd9daa3db09ced9700431c5b7ad0e8ba199b575" {
 		t.Errorf("header: %+v", p)
 	}
 }

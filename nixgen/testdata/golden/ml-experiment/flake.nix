@@ -12,9 +12,9 @@
   description = "agentsandbox workflow ml-experiment";
 
   inputs = {
-    nixpkgs.url = "github:NixOS/nixpkgs/8f3e1f807051e32d8c95cd12b9b421623850a34d";
+    nixpkgs.url = "github:NixOS/nixpkgs/8fd9daa3db09ced9700431c5b7ad0e8ba199b575";
     microvm = {
-      url = "github:microvm-nix/microvm.nix";
+      url = "github:microvm-nix/microvm.nix/71beea0076cd46dafcee97a5a2e7d00cbba5bd2f";
       inputs.nixpkgs.follows = "nixpkgs";
     };
     agentsandbox = {
@@ -26,41 +26,29 @@
   outputs = { self, nixpkgs, microvm, agentsandbox }:
     let
       pkgs = nixpkgs.legacyPackages."x86_64-linux";
+      inherit (nixpkgs) lib;
+      # The default microvm.nix needs a newer nixpkgs than some workflows
+      # pin: refuse those here, with what to do, instead of failing on a
+      # missing attribute deep inside microvm.nix. Package environments
+      # (stepEnvs) do not use microvm.nix and are not checked.
+      nixpkgsOk = lib ? replaceString && lib.versionAtLeast (lib.trivial.release or "0") "25.11";
+      microvmSystem = module:
+        assert nixpkgsOk || throw ("agentsandbox: nixpkgs github:NixOS/nixpkgs/8fd9daa3db09ced9700431c5b7ad0e8ba199b575 is too old for microvm.nix 71beea0076cd, agentsandbox's default, which needs nixpkgs 25.11 or later (lib.replaceString). Pin a newer nixpkgs in the workflow (nixpkgs: github:NixOS/nixpkgs/<commit of nixos-25.11 or later>), or pin a microvm.nix revision that supports this nixpkgs (microvm: github:microvm-nix/microvm.nix/<commit>). This nixpkgs is release " + (lib.trivial.release or "unknown") + ".");
+        lib.nixosSystem {
+          system = "x86_64-linux";
+          modules = [
+            microvm.nixosModules.microvm
+            agentsandbox.nixosModules.guest
+            module
+          ];
+        };
     in
     {
       nixosConfigurations = {
-        "env-4f56a34253b7ca7b" = nixpkgs.lib.nixosSystem {
-          system = "x86_64-linux";
-          modules = [
-            microvm.nixosModules.microvm
-            agentsandbox.nixosModules.guest
-            ./envs/env-4f56a34253b7ca7b.nix
-          ];
-        };
-        "env-d5502aaddad291e5" = nixpkgs.lib.nixosSystem {
-          system = "x86_64-linux";
-          modules = [
-            microvm.nixosModules.microvm
-            agentsandbox.nixosModules.guest
-            ./envs/env-d5502aaddad291e5.nix
-          ];
-        };
-        "env-f8c309590e7fc12a" = nixpkgs.lib.nixosSystem {
-          system = "x86_64-linux";
-          modules = [
-            microvm.nixosModules.microvm
-            agentsandbox.nixosModules.guest
-            ./envs/env-f8c309590e7fc12a.nix
-          ];
-        };
-        "env-e0075c9ec7b9e6a6" = nixpkgs.lib.nixosSystem {
-          system = "x86_64-linux";
-          modules = [
-            microvm.nixosModules.microvm
-            agentsandbox.nixosModules.guest
-            ./envs/env-e0075c9ec7b9e6a6.nix
-          ];
-        };
+        "env-4f56a34253b7ca7b" = microvmSystem ./envs/env-4f56a34253b7ca7b.nix;
+        "env-d5502aaddad291e5" = microvmSystem ./envs/env-d5502aaddad291e5.nix;
+        "env-f8c309590e7fc12a" = microvmSystem ./envs/env-f8c309590e7fc12a.nix;
+        "env-e0075c9ec7b9e6a6" = microvmSystem ./envs/env-e0075c9ec7b9e6a6.nix;
       };
 
       packages."x86_64-linux" = {

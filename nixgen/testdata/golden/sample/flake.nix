@@ -20,7 +20,7 @@
       narHash = "sha256-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
     };
     microvm = {
-      url = "github:microvm-nix/microvm.nix";
+      url = "github:microvm-nix/microvm.nix/71beea0076cd46dafcee97a5a2e7d00cbba5bd2f";
       inputs.nixpkgs.follows = "nixpkgs";
     };
     agentsandbox = {
@@ -32,33 +32,28 @@
   outputs = { self, nixpkgs, microvm, agentsandbox }:
     let
       pkgs = nixpkgs.legacyPackages."x86_64-linux";
+      inherit (nixpkgs) lib;
+      # The default microvm.nix needs a newer nixpkgs than some workflows
+      # pin: refuse those here, with what to do, instead of failing on a
+      # missing attribute deep inside microvm.nix. Package environments
+      # (stepEnvs) do not use microvm.nix and are not checked.
+      nixpkgsOk = lib ? replaceString && lib.versionAtLeast (lib.trivial.release or "0") "25.11";
+      microvmSystem = module:
+        assert nixpkgsOk || throw ("agentsandbox: nixpkgs github:NixOS/nixpkgs/0123456789abcdef0123456789abcdef01234567 is too old for microvm.nix 71beea0076cd, agentsandbox's default, which needs nixpkgs 25.11 or later (lib.replaceString). Pin a newer nixpkgs in the workflow (nixpkgs: github:NixOS/nixpkgs/<commit of nixos-25.11 or later>), or pin a microvm.nix revision that supports this nixpkgs (microvm: github:microvm-nix/microvm.nix/<commit>). This nixpkgs is release " + (lib.trivial.release or "unknown") + ".");
+        lib.nixosSystem {
+          system = "x86_64-linux";
+          modules = [
+            microvm.nixosModules.microvm
+            agentsandbox.nixosModules.guest
+            module
+          ];
+        };
     in
     {
       nixosConfigurations = {
-        "env-a7e5ac1800aae8a9" = nixpkgs.lib.nixosSystem {
-          system = "x86_64-linux";
-          modules = [
-            microvm.nixosModules.microvm
-            agentsandbox.nixosModules.guest
-            ./envs/env-a7e5ac1800aae8a9.nix
-          ];
-        };
-        "env-1e326c790ba37ca7" = nixpkgs.lib.nixosSystem {
-          system = "x86_64-linux";
-          modules = [
-            microvm.nixosModules.microvm
-            agentsandbox.nixosModules.guest
-            ./envs/env-1e326c790ba37ca7.nix
-          ];
-        };
-        "env-4a42f1295aa3a900" = nixpkgs.lib.nixosSystem {
-          system = "x86_64-linux";
-          modules = [
-            microvm.nixosModules.microvm
-            agentsandbox.nixosModules.guest
-            ./envs/env-4a42f1295aa3a900.nix
-          ];
-        };
+        "env-a7e5ac1800aae8a9" = microvmSystem ./envs/env-a7e5ac1800aae8a9.nix;
+        "env-1e326c790ba37ca7" = microvmSystem ./envs/env-1e326c790ba37ca7.nix;
+        "env-4a42f1295aa3a900" = microvmSystem ./envs/env-4a42f1295aa3a900.nix;
       };
 
       packages."x86_64-linux" = {
