@@ -343,16 +343,17 @@ func (g *Group) Delete() error {
 		return nil
 	}
 	if g.exists() {
-		// Freezing and thawing an empty group costs milliseconds for nothing.
-		if pids, err := g.b.procs(); err != nil || len(pids) > 0 {
+		deadline := time.Now().Add(deleteTimeout)
+		// Freezing and thawing an empty group costs milliseconds for
+		// nothing, and an empty group needs no wait.
+		pids, err := g.b.procs()
+		if err != nil || len(pids) > 0 {
 			if err := g.Kill(); err != nil {
 				return fmt.Errorf("delete cgroup %s: %w", g.path, err)
 			}
 		}
-		deadline := time.Now().Add(deleteTimeout)
-		for {
-			pids, err := g.b.procs()
-			if err != nil {
+		for err != nil || len(pids) > 0 {
+			if pids, err = g.b.procs(); err != nil {
 				return fmt.Errorf("delete cgroup %s: %w", g.path, err)
 			}
 			if len(pids) == 0 {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/containerd/cgroups/v3/cgroup1"
@@ -254,25 +256,28 @@ func (g *v1) add(pid int) error {
 
 func (g *v1) fd() (*os.File, error) { return nil, ErrNoFD }
 
-// procs is the union of the group's processes in every hierarchy.
+// procs is the union of the group's processes in every hierarchy, read
+// straight from each distinct directory's cgroup.procs (the library's
+// Processes walks the directory tree for each controller).
 func (g *v1) procs() ([]int, error) {
 	if g.cg == nil {
 		return nil, nil
 	}
 	seen := map[int]bool{}
-	for _, s := range g.cg.Subsystems() {
-		ps, err := g.cg.Processes(s.Name(), false)
-		if errors.Is(err, cgroup1.ErrCgroupDeleted) {
-			return nil, nil
-		}
+	for _, d := range g.dirs() {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		for _, p := range ps {
-			seen[p.Pid] = true
+		for _, f := range strings.Fields(string(b)) {
+			p, err := strconv.Atoi(f)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %q is not a pid", filepath.Join(d, "cgroup.procs"), f)
+			}
+			seen[p] = true
 		}
 	}
 	out := make([]int, 0, len(seen))
