@@ -46,6 +46,12 @@ func TestMicrovmInput(t *testing.T) {
 	if strings.Contains(string(flake), "nixpkgsOk") || strings.Contains(string(flake), DefaultMicrovmRev) {
 		t.Error("a workflow's own microvm pin still gets the default's check or revision")
 	}
+	// Options of the default revision are not assumed at another one.
+	for _, f := range fs[1:] {
+		if strings.Contains(string(f.Data), "registerClosure") || strings.Contains(string(f.Data), "qemu.package") {
+			t.Errorf("%s sets an option only the default microvm.nix is known to have", f.Path)
+		}
+	}
 }
 
 // TestNixpkgsAgeCheck evaluates the generated flake.nix with real Nix and

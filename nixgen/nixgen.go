@@ -168,6 +168,7 @@ func Generate(w *workflow.Workflow, opts Options) (Files, error) {
 		if err != nil {
 			return nil, fmt.Errorf("generate nix for step %q: %w", g.Steps[0], err)
 		}
+		sd.Lean = mvDefault
 		fd.Envs = append(fd.Envs, fs)
 		b, err := render("env.nix.tmpl", sd)
 		if err != nil {
@@ -180,7 +181,7 @@ func Generate(w *workflow.Workflow, opts Options) (Files, error) {
 		return nil, err
 	}
 	files[0].Data = b
-	tcg, err := render("tcg.nix.tmpl", nil)
+	tcg, err := render("tcg.nix.tmpl", struct{ Lean bool }{mvDefault})
 	if err != nil {
 		return nil, err
 	}

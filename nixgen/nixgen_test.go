@@ -267,6 +267,9 @@ func TestMicrovmOptions(t *testing.T) {
 		// drops -enable-kvm from the qemu runner) and microvm.qemu.machineOpts
 		// (lib/runners/qemu.nix: replaces the default accel=kvm:tcg set).
 		"cpu": true, "qemu": true,
+		// registerClosure (options.nix, since 2025-10): false keeps the
+		// guest system's regInfo out of the runner's closure.
+		"registerClosure": true,
 	}
 	shareKeys := map[string]bool{"proto": true, "tag": true, "source": true, "mountPoint": true, "securityModel": true, "socket": true, "readOnly": true}
 	volumeKeys := map[string]bool{"image": true, "mountPoint": true, "label": true, "size": true, "autoCreate": true, "fsType": true, "readOnly": true}

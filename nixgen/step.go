@@ -61,6 +61,9 @@ type stepData struct {
 	Allow      []allowData
 	Address    string
 	Gateway    string
+	// Lean sets the options that keep the runner's closure small, which
+	// exist at DefaultMicrovmRev (not necessarily at a workflow's own pin).
+	Lean bool
 }
 
 type shareData struct {

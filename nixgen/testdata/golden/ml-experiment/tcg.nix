@@ -6,9 +6,15 @@
 # which still picks KVM whenever /dev/kvm opens; both are overridden here.
 # The machine options repeat microvm.nix's defaults for a -M microvm guest
 # with shares (pcie=on), with accel=tcg.
+# Setting microvm.cpu also switches microvm.nix's default qemu from
+# qemu_kvm to the full qemu (every target architecture), a second and much
+# bigger closure; qemu_kvm (the host's architecture only) runs TCG as well,
+# so the package is pinned back to it.
+{ pkgs, ... }:
 {
   microvm = {
     cpu = "max";
+    qemu.package = pkgs.qemu_kvm;
     qemu.machineOpts = {
       accel = "tcg";
       mem-merge = "on";

@@ -14,6 +14,10 @@
     vcpu = 2;
     mem = 1024;
     socket = "vm.sock";
+    # The guest has no use for a Nix database of its own store: without
+    # this, the runner's closure holds the whole system a second time
+    # (regInfo, microvm.nix's default with guest.enable).
+    registerClosure = false;
     shares = [
       {
         proto = "9p";

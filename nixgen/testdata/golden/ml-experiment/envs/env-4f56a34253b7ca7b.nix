@@ -15,6 +15,10 @@
     # The step asks for 2048 MiB, which is known to hang qemu: one more.
     mem = 2049;
     socket = "vm.sock";
+    # The guest has no use for a Nix database of its own store: without
+    # this, the runner's closure holds the whole system a second time
+    # (regInfo, microvm.nix's default with guest.enable).
+    registerClosure = false;
     shares = [
       {
         proto = "9p";

@@ -14,6 +14,10 @@
     vcpu = 1;
     mem = 256;
     socket = "vm.sock";
+    # The guest has no use for a Nix database of its own store: without
+    # this, the runner's closure holds the whole system a second time
+    # (regInfo, microvm.nix's default with guest.enable).
+    registerClosure = false;
     # firecracker has no shares: the control directory and the workspace
     # travel as ext4 volume images the runner prepares and reads back.
     shares = [ ];
