@@ -2,8 +2,10 @@ package record
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/nix-community/go-nix/pkg/nar"
@@ -108,6 +110,28 @@ func BenchmarkPutRecord(b *testing.B) {
 	r := sampleRecord(false)
 	for i := 0; b.Loop(); i++ {
 		r.Steps[0].ExitCode = i // a new record each round
+		if _, err := s.Put(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRunWrites is what one run of a one-step workflow stores: three
+// new small blobs (job.json, stdout, the workflow of a new run), one that
+// is already there (an empty stderr), and the record that names them.
+func BenchmarkRunWrites(b *testing.B) {
+	s, err := OpenStore(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := sampleRecord(false)
+	for i := 0; b.Loop(); i++ {
+		for _, c := range []string{fmt.Sprintf("job %d", i), fmt.Sprintf("log %d", i), fmt.Sprintf("workflow %d", i), ""} {
+			if _, _, err := s.PutBlob(strings.NewReader(c)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		r.Steps[0].ExitCode = i
 		if _, err := s.Put(r); err != nil {
 			b.Fatal(err)
 		}
