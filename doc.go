@@ -21,8 +21,9 @@
 //
 // The privileged edge:
 //   - vmrunner: the scheduler and the Backend contract; vmrunner/jail (the
-//     re-exec'd sandbox init), vmrunner/seccomp (the default syscall
-//     filter, from Docker's profile), vmrunner/cgroup (quotas),
+//     sandbox and its init stages, run by the agent), vmrunner/seccomp
+//     (the default syscall filter, from Docker's profile), vmrunner/cgroup
+//     (quotas),
 //     vmrunner/wsquota (each workspace's own size-limited filesystem),
 //     vmrunner/hoststate (the names, state files and gc of what steps
 //     leave on the host, for both backends),
@@ -30,7 +31,8 @@
 //     vmrunner/vm (the backends; vm also probes KVM).
 //   - netns: network namespaces, veth/tap, tc.
 //   - inputs: fetching and checksumming workflow inputs.
-//   - guest/agent: the guest agent, also PID 1 of the namespace jail.
+//   - guest/agent: the job runner of the agent (cmd/agentsandbox-guest),
+//     PID 1 of every sandbox: the VM and the namespace jail.
 //   - internal/jobfs: the one way the host reads what a job controls
 //     (beneath a root, never through a symlink, bounded).
 //

@@ -25,10 +25,9 @@
       vendorHash = "sha256-KoFylS8X16OuYfiISo3k60GHbpbG83j01xMFXKTFBYI=";
       src = lib.cleanSource ./.;
 
-      goPackage = pkgs: { pname, subPackage, description }:
+      goPackage = pkgs: { pname, subPackages, description }:
         pkgs.buildGoModule {
-          inherit pname version src vendorHash;
-          subPackages = [ subPackage ];
+          inherit pname version src vendorHash subPackages;
           env.CGO_ENABLED = 0;
           ldflags = [ "-s" "-w" "-X main.version=${version}" ];
           # The test suite needs Nix, root and qemu (tiers in internal/testtier);
@@ -45,12 +44,14 @@
       packages = forAllSystems (pkgs: rec {
         agentsandbox = goPackage pkgs {
           pname = "agentsandbox";
-          subPackage = "cmd/agentsandbox";
+          # The agent ships beside the CLI in $out/bin: it is every jail's
+          # init, and the CLI looks for it next to itself.
+          subPackages = [ "cmd/agentsandbox" "cmd/agentsandbox-guest" ];
           description = "Run declarative workflows in isolated, reproducible, recorded sandboxes";
         };
         agentsandbox-guest = goPackage pkgs {
           pname = "agentsandbox-guest";
-          subPackage = "cmd/agentsandbox-guest";
+          subPackages = [ "cmd/agentsandbox-guest" ];
           description = "The agentsandbox guest agent: runs one job and reports its result";
         };
         default = agentsandbox;

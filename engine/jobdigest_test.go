@@ -14,15 +14,13 @@ import (
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
-	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
 	"github.com/agentsandbox/agentsandbox/vmrunner/namespace"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
-// TestMain lets the test binary be the jail's init, for the root tier.
+// TestMain builds the sandbox agent the root tier's jails start as init.
 func TestMain(m *testing.M) {
-	jail.MaybeInit()
-	os.Exit(m.Run())
+	os.Exit(testtier.MainWithAgent(m))
 }
 
 // jobReader runs each step on b and then reads the job.json the step's

@@ -1,6 +1,7 @@
-// Command agentsandbox-guest is the guest agent: it runs the job in
-// CONTROL_DIR/job.json, sends its output to the console and to log files in
-// CONTROL_DIR, and writes CONTROL_DIR/result.json (see docs/guest-protocol.md).
+// Command agentsandbox-guest is the agent, PID 1 of every sandbox: it runs
+// the job in CONTROL_DIR/job.json, sends its output to the console and to
+// log files in CONTROL_DIR, and writes CONTROL_DIR/result.json (see
+// docs/guest-protocol.md).
 //
 // Usage:
 //
@@ -12,6 +13,12 @@
 // powers the machine off afterwards, whatever happens. Otherwise (a NixOS
 // systemd service) it runs the job and exits 0 when result.json was written,
 // 1 when it could not be, 2 on a usage error.
+//
+// It is also the init of every namespace jail, in namespace isolation and
+// around a VM's hypervisor: the CLI starts it with the hidden argument
+// jail.InitArg, and it builds the jail (vmrunner/jail) and runs the job or
+// the hypervisor there. The CLI finds it next to itself, or at
+// $AGENTSANDBOX_AGENT, and the two check each other's versions first.
 //
 // Build it static: CGO_ENABLED=0 go build ./cmd/agentsandbox-guest.
 package main

@@ -8,15 +8,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
 )
 
 func main() {
-	// The sandbox init re-executes this binary with a hidden argument; it is
-	// dispatched before the CLI parses anything, and never returns.
-	jail.MaybeInit()
-
 	ctx, cancel := context.WithCancel(context.Background())
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)

@@ -4,12 +4,11 @@ import (
 	"os"
 	"testing"
 
-	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
 )
 
-// TestMain repeats main's dispatch: apply tests re-execute this test binary
-// as the sandbox init.
+// TestMain builds the sandbox agent, every jail's init, for apply's root
+// tier, in-process and in the CLI binaries the tests start.
 func TestMain(m *testing.M) {
-	jail.MaybeInit()
-	os.Exit(m.Run())
+	os.Exit(testtier.MainWithAgent(m))
 }

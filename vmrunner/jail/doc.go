@@ -1,14 +1,19 @@
-// Package jail is the sandbox every step runs in: the agentsandbox binary
-// re-executes itself as the jail's init, the way runc does.
+// Package jail is the sandbox every step runs in, set up the way runc does
+// it. Its init is the static agent (cmd/agentsandbox-guest, the binary that
+// is PID 1 in a VM), which links this package's init stages and calls
+// MaybeInit first thing; the CLI finds it with AgentPath ($AGENTSANDBOX_AGENT,
+// else beside the CLI's own executable).
 //
-// The parent (Start) starts /proc/self/exe with the hidden argument InitArg
+// The parent (Start) starts the agent with the hidden argument InitArg
 // in new mount, pid, ipc and uts namespaces and a session of its own (no
 // controlling terminal), passing only three descriptors: it first marks any
 // descriptor it inherited itself close-on-exec, since os/exec would pass it
-// on. The child holds still until the parent has put it in the step's
-// cgroup and sent the configuration as JSON over a pipe (Release); only
-// then does it build anything. It closes every other descriptor that came
-// through exec, then
+// on. The child's first message is its Hello (InitProtocol,
+// guest.ProtocolVersion, BuildID); Release checks it before anything else
+// and refuses a mismatched init with an *AgentError. The child holds still
+// until the parent has put it in the step's cgroup and sent the
+// configuration as JSON over a pipe (Release); only then does it build
+// anything. It closes every other descriptor that came through exec, then
 //
 //  1. joins the step's named network namespace with setns(2) (the netns
 //     descriptor arrives in ExtraFiles, so the parent's threads never change
@@ -32,10 +37,10 @@
 //
 // Namespaces joined with setns, capabilities and no_new_privs belong to a
 // thread, not a process, and a Go program has several threads. In a binary
-// without cgo (the released agentsandbox is built with CGO_ENABLED=0) the
+// without cgo (the agent is built with CGO_ENABLED=0) the
 // init applies them to every thread with syscall.AllThreadsSyscall and then
-// runs the agent itself: one exec in all. In a binary with cgo (test
-// binaries, usually) AllThreadsSyscall is not available: the init changes its
+// runs the job itself: one exec in all. In a binary with cgo (a test binary
+// playing the init) AllThreadsSyscall is not available: the init changes its
 // locked main thread only and re-executes itself from it (stage 2), so every
 // thread of the new image starts from that thread's state. A test checks
 // every thread of the init either way. A dynamically linked init gets its
@@ -61,6 +66,7 @@
 // The jail's mounts live only in its mount namespace: when its last process
 // exits they are gone, so nothing needs unmounting on the host.
 //
-// Every binary (and test binary) that can start a jail must call MaybeInit
-// first thing in main or TestMain.
+// Any binary whose main calls MaybeInit first can be the init instead
+// (Config.InitPath), such as a test binary; tests of packages that start
+// jails build the agent with testtier.MainWithAgent.
 package jail

@@ -23,8 +23,9 @@ import (
 )
 
 // MaybeInit runs the jail's init and exits when the binary was started as
-// one (os.Args[1] == InitArg); otherwise it returns at once. Call it first
-// thing in main and in every TestMain of a package that starts jails.
+// one (os.Args[1] == InitArg); otherwise it returns at once. The agent
+// (cmd/agentsandbox-guest) calls it first thing in main; a TestMain may
+// too, to let its test binary play the init (Config.InitPath).
 func MaybeInit() {
 	if len(os.Args) < 2 || os.Args[1] != InitArg {
 		return
@@ -59,6 +60,10 @@ func stage1() int {
 		return 2
 	}
 	status := os.NewFile(uintptr(statusFD), "status")
+	// The handshake: the parent sends the config only to an init that
+	// speaks its protocol.
+	hello := OurHello()
+	sendMessage(status, message{Hello: &hello})
 	fail := func(err error) int {
 		sendMessage(status, message{Error: "jail setup: " + err.Error()})
 		return 1

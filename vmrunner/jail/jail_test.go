@@ -23,9 +23,12 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
+// TestMain builds the sandbox agent, every jail's init. MaybeInit lets
+// this test binary play the init too (TestJailInitPath), the way the
+// agent does: through the same code, with cgo (stage 2).
 func TestMain(m *testing.M) {
 	MaybeInit()
-	os.Exit(m.Run())
+	os.Exit(testtier.MainWithAgent(m))
 }
 
 // fakeFS is a host file system given as a map: "dir", "file", "chardev" or

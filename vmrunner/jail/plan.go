@@ -47,10 +47,10 @@ type Config struct {
 	// cloned into (SysProcAttr.UseCgroupFD); with cgroup v1 leave it 0 and
 	// place the held child with its Pid before Release.
 	CgroupFD int
-	// InitPath is the binary started as the jail's init; empty means
-	// /proc/self/exe, this very binary, re-executed. Any binary whose main
-	// calls MaybeInit first will do. A small one starts faster: every Go
-	// package init of the binary runs before MaybeInit can take over.
+	// InitPath is the binary started as the jail's init; empty means the
+	// agent, found by AgentPath. Any binary whose main calls MaybeInit first
+	// will do. A small one starts faster: every Go package init of the
+	// binary runs before MaybeInit can take over.
 	InitPath string
 
 	// Rlimits bound the job (or, in exec mode, the program); zero fields

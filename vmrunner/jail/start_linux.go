@@ -12,14 +12,26 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
+	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"golang.org/x/sys/unix"
 )
 
-// InitArg is the hidden first argument that makes the binary the jail's
-// init instead of the CLI.
+// InitArg is the hidden first argument that makes the agent binary the
+// jail's init.
 const InitArg = "__agentsandbox_init"
+
+// InitProtocol numbers the protocol between Start and the init: the
+// arguments, the _AGENTSANDBOX_* variables, the descriptors, the config
+// JSON and the messages back. Bump it with any change to them; the init
+// says its number in its hello and Release refuses any other.
+const InitProtocol = 1
+
+// helloTimeout bounds the wait for the init's hello: a binary that is not
+// an agent of this protocol may never say anything.
+const helloTimeout = 10 * time.Second
 
 // Environment variables that carry descriptor numbers and the stage to the
 // re-executed init.
@@ -42,15 +54,47 @@ type childConfig struct {
 	Seccomp seccomp.Program `json:"seccomp,omitempty"`
 }
 
-// message is what the init reports back, one JSON object per message.
+// message is what the init reports back, one JSON object per message. The
+// first is always its Hello, sent before it reads the config.
 type message struct {
+	Hello *Hello `json:"hello,omitempty"`
 	Ready bool   `json:"ready,omitempty"`
 	Error string `json:"error,omitempty"`
+}
+
+// Hello is the init's half of the version handshake.
+type Hello struct {
+	// Protocol is the init's InitProtocol, Job its guest.ProtocolVersion.
+	Protocol int `json:"protocol"`
+	Job      int `json:"job"`
+	// Build is the init's BuildID ("" when it has none).
+	Build string `json:"build,omitempty"`
+}
+
+// OurHello is this binary's hello.
+func OurHello() Hello {
+	return Hello{Protocol: InitProtocol, Job: guest.ProtocolVersion, Build: BuildID()}
+}
+
+// check says why an init that sent h cannot serve this binary, or nil.
+// The build ids are compared only when both are known (see BuildID).
+func (h Hello) check() error {
+	our := OurHello()
+	switch {
+	case h.Protocol != our.Protocol:
+		return fmt.Errorf("it speaks jail protocol %d, this agentsandbox speaks %d", h.Protocol, our.Protocol)
+	case h.Job != our.Job:
+		return fmt.Errorf("it speaks job protocol %d, this agentsandbox speaks %d", h.Job, our.Job)
+	case h.Build != "" && our.Build != "" && h.Build != our.Build:
+		return fmt.Errorf("it was built from %s, this agentsandbox from %s", h.Build, our.Build)
+	}
+	return nil
 }
 
 // Process is a started jail.
 type Process struct {
 	cmd     *exec.Cmd
+	init    string // the init binary's path
 	config  []byte
 	cfgW    *os.File
 	status  chan message // messages from the init, closed at EOF
@@ -74,7 +118,11 @@ func Start(cfg Config) (*Process, error) {
 	}
 	initPath := cfg.InitPath
 	if initPath == "" {
-		initPath = "/proc/self/exe"
+		p, err := AgentPath()
+		if err != nil {
+			return nil, fmt.Errorf("start jail: %w", err)
+		}
+		initPath = p
 	} else if !filepath.IsAbs(initPath) {
 		return nil, fmt.Errorf("start jail: init binary %q is not an absolute path", initPath)
 	}
@@ -155,10 +203,11 @@ func Start(cfg Config) (*Process, error) {
 	if err := cmd.Start(); err != nil {
 		cfgW.Close()
 		statR.Close()
-		return nil, fmt.Errorf("start jail init: %w", err)
+		return nil, fmt.Errorf("start jail init %s: %w", initPath, err)
 	}
 	p := &Process{
 		cmd:    cmd,
+		init:   initPath,
 		config: config,
 		cfgW:   cfgW,
 		status: make(chan message, 4),
@@ -200,6 +249,12 @@ func (p *Process) Release() error {
 	}
 	p.released = true
 	p.mu.Unlock()
+	if err := p.handshake(); err != nil {
+		p.cfgW.Close()
+		_ = p.Kill()
+		<-p.done
+		return err
+	}
 	_, werr := p.cfgW.Write(p.config)
 	p.cfgW.Close()
 	m, ok := <-p.status
@@ -216,6 +271,35 @@ func (p *Process) Release() error {
 		return fmt.Errorf("jail setup: send config: %w (init: %v)", werr, p.waitErr)
 	}
 	return fmt.Errorf("jail setup: init exited before it was ready: %v", p.waitErr)
+}
+
+// handshake waits for the init's hello and checks it, before the config
+// goes out: a binary of another protocol never sees it.
+func (p *Process) handshake() error {
+	t := time.NewTimer(helloTimeout)
+	defer t.Stop()
+	select {
+	case m, ok := <-p.status:
+		switch {
+		case ok && m.Hello != nil:
+			if err := m.Hello.check(); err != nil {
+				return &AgentError{Path: p.init, Err: err}
+			}
+			return nil
+		case ok && m.Error != "":
+			return &AgentError{Path: p.init, Err: fmt.Errorf("it failed before its hello: %s", m.Error)}
+		case ok:
+			return &AgentError{Path: p.init, Err: errors.New("it did not start with a hello: it is an agent of an older protocol")}
+		}
+		<-p.done
+		if ps := p.cmd.ProcessState; ps != nil && !ps.Exited() {
+			// Killed (a cancel, the cgroup's OOM killer): not the binary's fault.
+			return fmt.Errorf("jail setup: init %s ended before its hello: %v", p.init, p.waitErr)
+		}
+		return &AgentError{Path: p.init, Err: fmt.Errorf("it exited without a hello (%v): it is not an agentsandbox-guest that can be a jail's init", p.waitErr)}
+	case <-t.C:
+		return &AgentError{Path: p.init, Err: fmt.Errorf("no hello within %v: it is not an agentsandbox-guest that can be a jail's init", helloTimeout)}
+	}
 }
 
 // collect keeps the errors the init reports after it was ready.

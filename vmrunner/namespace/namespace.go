@@ -58,7 +58,7 @@ type Options struct {
 	StateDir string // hoststate.DefaultDir
 	JailDir  string // DefaultJailDir
 	// InitPath is the jail's init binary (jail.Config.InitPath); empty
-	// re-executes this binary.
+	// takes the agent (jail.AgentPath).
 	InitPath string
 }
 

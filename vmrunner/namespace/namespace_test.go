@@ -7,13 +7,12 @@ import (
 	"github.com/agentsandbox/agentsandbox/internal/runnertest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
-	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
+// TestMain builds the sandbox agent the jails start as init.
 func TestMain(m *testing.M) {
-	jail.MaybeInit()
-	os.Exit(m.Run())
+	os.Exit(testtier.MainWithAgent(m))
 }
 
 // newBackend returns a backend whose state and jail dirs are the test's.

@@ -24,7 +24,6 @@ import (
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
-	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
 	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -38,9 +37,9 @@ var shared struct {
 	workDir string
 }
 
+// TestMain builds the sandbox agent, the init of the hypervisor's jail.
 func TestMain(m *testing.M) {
-	jail.MaybeInit()
-	code := m.Run()
+	code := testtier.MainWithAgent(m)
 	if shared.tmp != "" {
 		os.RemoveAll(shared.tmp)
 	}
