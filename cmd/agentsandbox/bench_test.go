@@ -16,49 +16,27 @@ import (
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 )
 
-// The benchmarks here time whole processes of the real binary, built once
-// per test process (builtCLI), beside baselines run in the same iterations,
-// so that both see the same load. Figures and how to read them:
-// docs/benchmarks.md.
+// The benchmarks here time whole processes of the real binary (builtCLI),
+// beside baselines run in the same iterations, so that both see the same
+// load. Figures and how to read them: docs/benchmarks.md.
 
 const noopWorkflow = "apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: noop\nsteps:\n  - name: noop\n    run: \"true\"\n    resources: {timeout: 30s}\n"
 
-var cli struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// builtCLI builds ./cmd/agentsandbox (and the guest agent beside it, where
-// the CLI looks for it) into a directory that lives as long as the test
-// process, and returns the CLI's path.
+// builtCLI builds ./cmd/agentsandbox static, as it ships, into a directory
+// removed when tb ends, and returns its path. (A build per benchmark, not
+// one per test process: a directory shared between them would outlive the
+// process.) The jail's init is the agent AGENTSANDBOX_AGENT names, which
+// TestMain builds and which the CLI's children inherit.
 func builtCLI(tb testing.TB) string {
 	tb.Helper()
 	goCmd := testtier.Command(tb, "pure", "go", "the Go toolchain")
-	cli.once.Do(func() {
-		dir, err := os.MkdirTemp("", "agentsandbox-bench-")
-		if err != nil {
-			cli.err = err
-			return
-		}
-		for _, pkg := range []string{".", "../agentsandbox-guest"} {
-			name := filepath.Base(pkg)
-			if pkg == "." {
-				name = "agentsandbox"
-			}
-			cmd := exec.Command(goCmd, "build", "-o", filepath.Join(dir, name), pkg)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				cli.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-				return
-			}
-		}
-		cli.path = filepath.Join(dir, "agentsandbox")
-	})
-	if cli.err != nil {
-		tb.Fatal(cli.err)
+	bin := filepath.Join(tb.TempDir(), "agentsandbox")
+	cmd := exec.Command(goCmd, "build", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("go build: %v\n%s", err, out)
 	}
-	return cli.path
+	return bin
 }
 
 // timed runs argv and returns how long it took; a failure stops tb with
