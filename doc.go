@@ -3,7 +3,8 @@
 //
 // Data flows one way:
 //
-//	workflow.yaml → workflow → policy → nixgen → Nix → vmrunner → record
+//	workflow.yaml → workflow → engine (resolve → policy → nixgen + nixbuild →
+//	                            inputs → vmrunner) → record
 //
 // The pure core (no syscalls, no privileged edge):
 //   - workflow: the YAML format, validation with file:line:col, defaults,
@@ -20,15 +21,14 @@
 //   - nixbuild: realisation beside generation (nix build, closures, locks).
 //
 // The privileged edge:
-//   - vmrunner: the scheduler and the Backend contract; vmrunner/jail (the
-//     sandbox and its init stages, run by the agent), vmrunner/seccomp
-//     (the default syscall filter, from Docker's profile), vmrunner/cgroup
-//     (quotas),
-//     vmrunner/wsquota (each workspace's own size-limited filesystem),
-//     vmrunner/hoststate (the names, state files and gc of what steps
-//     leave on the host, for both backends),
-//     vmrunner/sandbox (a step's host lifecycle), vmrunner/namespace and
-//     vmrunner/vm (the backends; vm also probes KVM).
+//   - vmrunner: the scheduler, the Backend contract and Classify (a step's
+//     status); vmrunner/jail (the sandbox and its init stages, run by the
+//     agent), vmrunner/seccomp (the default syscall filter, from Docker's
+//     profile), vmrunner/cgroup (quotas), vmrunner/wsquota (each
+//     workspace's own size-limited filesystem), vmrunner/hoststate (the
+//     names, state files and gc of what steps leave on the host, for both
+//     backends), vmrunner/sandbox (a step's host lifecycle), and the
+//     backends vmrunner/namespace and vmrunner/vm (which also probes KVM).
 //   - netns: network namespaces, veth/tap, tc.
 //   - inputs: fetching and checksumming workflow inputs.
 //   - guest/agent: the job runner of the agent (cmd/agentsandbox-guest),
