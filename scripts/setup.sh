@@ -46,6 +46,15 @@ if command -v nix >/dev/null && ! getent group nixbld >/dev/null; then
   fi
 fi
 
+# Nix's build users and every job (uid 65534) must be able to traverse /.
+# Debian's / is 0755; a root unpacked from a tarball made in a mktemp
+# directory (some chroots and container images) is 0700, and then every
+# Nix build fails with "Permission denied" on its own builder.
+if [ "$(id -u)" -eq 0 ] && [ "$(( 0$(stat -c %a /) & 05 ))" -ne 5 ]; then
+  echo "setup: / is mode $(stat -c %a /), which locks out Nix's build users and jobs; making it 0755 as Debian ships it" >&2
+  chmod 0755 /
+fi
+
 go mod download
 
 # The VM test fixture boots Debian's generic kernel; fetch it without installing it.
