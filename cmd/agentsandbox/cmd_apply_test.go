@@ -121,23 +121,9 @@ func testApplySIGINT(t *testing.T, isolation, flake string) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != ExitInfra {
 		t.Errorf("apply after SIGINT: %v, want exit %d", err, ExitInfra)
 	}
-	// Other packages' tests may run at the same time: look for this
-	// step's names only (netns asb-RUN-sleeper, cgroup /agentsandbox/RUN/sleeper).
-	nss, _ := netns.List(netns.Prefix)
-	for _, n := range nss {
-		if strings.HasSuffix(n, "-sleeper") {
-			t.Errorf("network namespace left: %s", n)
-		}
-	}
-	cgs, _ := cgroup.List("/agentsandbox")
-	for _, c := range cgs {
-		if strings.HasSuffix(c, "/sleeper") {
-			t.Errorf("cgroup left: %s", c)
-		}
-	}
-	mounts, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Contains(string(mounts), state) || strings.Contains(string(mounts), "/run/agentsandbox/jails/") {
-		t.Errorf("mounts left:\n%s", mounts)
+	assertStepLeftNothing(t, "sleeper", state)
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), "/run/agentsandbox/jails/") {
+		t.Errorf("jail mounts left:\n%s", mounts)
 	}
 	if pids := stepProcesses(t, "qemu-system", "/sleeper"); len(pids) > 0 {
 		t.Errorf("hypervisor processes of the step left: %v", pids)
@@ -145,12 +131,36 @@ func testApplySIGINT(t *testing.T, isolation, flake string) {
 	if vms, _ := filepath.Glob("/run/agentsandbox/vms/*-sleeper*"); len(vms) != 0 {
 		t.Errorf("VM working directories left: %v", vms)
 	}
-	if runs, _ := os.ReadDir(filepath.Join(state, "runs")); len(runs) != 0 {
-		t.Errorf("run directories left: %v", runs)
-	}
 	// The interrupted run is still recorded.
 	if id := lastLine(stdout.String()); len(id) != 52 {
 		t.Errorf("no record id printed after SIGINT: %q", stdout.String())
+	}
+}
+
+// assertStepLeftNothing checks that the step named step of an apply that
+// used the state directory state left no network namespace, cgroup, mount
+// under the state directory or run directory. Other packages' tests may
+// run at the same time: it looks for this step's names only (netns
+// asb-RUN-STEP, cgroup /agentsandbox/RUN/STEP).
+func assertStepLeftNothing(t *testing.T, step, state string) {
+	t.Helper()
+	nss, _ := netns.List(netns.Prefix)
+	for _, n := range nss {
+		if strings.HasSuffix(n, "-"+step) {
+			t.Errorf("network namespace left: %s", n)
+		}
+	}
+	cgs, _ := cgroup.List("/agentsandbox")
+	for _, c := range cgs {
+		if strings.HasSuffix(c, "/"+step) {
+			t.Errorf("cgroup left: %s", c)
+		}
+	}
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), state) {
+		t.Errorf("mounts left under the state directory:\n%s", mounts)
+	}
+	if runs, _ := os.ReadDir(filepath.Join(state, "runs")); len(runs) != 0 {
+		t.Errorf("run directories left: %v", runs)
 	}
 }
 

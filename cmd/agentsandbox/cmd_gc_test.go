@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
-	"github.com/agentsandbox/agentsandbox/netns"
-	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 )
 
 // TestGCAfterSIGKILLWithStateDir kills an apply that uses its own state
@@ -39,25 +37,7 @@ func TestGCAfterSIGKILLWithStateDir(t *testing.T) {
 	if !strings.Contains(out, filepath.Join(state, "runs", runs[0].Name())) {
 		t.Errorf("gc did not report removing the run directory:\n%s", out)
 	}
-	if left, _ := os.ReadDir(filepath.Join(state, "runs")); len(left) != 0 {
-		t.Errorf("run directories left after gc: %v", left)
-	}
-	nss, _ := netns.List(netns.Prefix)
-	for _, n := range nss {
-		if strings.HasSuffix(n, "-gckilled") {
-			t.Errorf("network namespace left: %s", n)
-		}
-	}
-	cgs, _ := cgroup.List("/agentsandbox")
-	for _, c := range cgs {
-		if strings.HasSuffix(c, "/gckilled") {
-			t.Errorf("cgroup left: %s", c)
-		}
-	}
-	mounts, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Contains(string(mounts), state) {
-		t.Errorf("mounts left under the state directory:\n%s", mounts)
-	}
+	assertStepLeftNothing(t, "gckilled", state)
 	if pids := stepProcesses(t, "sleep", "/gckilled"); len(pids) > 0 {
 		t.Errorf("job processes left: %v", pids)
 	}
