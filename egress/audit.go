@@ -44,6 +44,10 @@ type Query struct {
 	Rcode  string    `json:"rcode"`            // NOERROR, NXDOMAIN, REFUSED, …
 	Answer string    `json:"answer,omitempty"` // the private address given
 	Reason string    `json:"reason,omitempty"`
+	// Suppressed, on the one line a resolver writes after it stopped
+	// logging queries, is how many it answered without a line of their
+	// own.
+	Suppressed int `json:"suppressed,omitempty"`
 }
 
 // Drops is the audit line of the firewall's drop counters, written once
@@ -57,11 +61,21 @@ type Drops struct {
 	By map[string]uint64 `json:"by,omitempty"`
 }
 
+// Truncated is the last line of a log that reached the host's bound on
+// what it keeps: Lines more lines were not kept.
+type Truncated struct {
+	Type  string `json:"type"` // "truncated"
+	Step  string `json:"step"`
+	Lines int    `json:"lines"`
+	Limit int    `json:"limit_bytes"`
+}
+
 // Line is one decoded audit line: exactly one field is set.
 type Line struct {
-	Conn  *Conn
-	Query *Query
-	Drops *Drops
+	Conn      *Conn
+	Query     *Query
+	Drops     *Drops
+	Truncated *Truncated
 }
 
 // ReadLog decodes a step's audit log (JSON lines). An unknown type is an
@@ -93,6 +107,9 @@ func ReadLog(r io.Reader) ([]Line, error) {
 		case "drops":
 			l.Drops = &Drops{}
 			v = l.Drops
+		case "truncated":
+			l.Truncated = &Truncated{}
+			v = l.Truncated
 		default:
 			return nil, fmt.Errorf("network log line %d: unknown type %q", n, head.Type)
 		}
@@ -113,6 +130,8 @@ type Summary struct {
 	Queries  int   `json:"queries"`
 	NXDomain int   `json:"nxdomain"`
 	Dropped  int64 `json:"dropped_packets"`
+	// NotLogged counts lines past the host's bound on the log.
+	NotLogged int `json:"not_logged,omitempty"`
 	BytesOut int64 `json:"bytes_out"`
 	BytesIn  int64 `json:"bytes_in"`
 	// Blocked lists the distinct denied destinations, each with the
@@ -159,6 +178,8 @@ func Summarize(lines []Line) Summary {
 			default:
 				s.Allowed++
 			}
+		case l.Query != nil && l.Query.Suppressed > 0:
+			s.Queries += l.Query.Suppressed
 		case l.Query != nil:
 			s.Queries++
 			if l.Query.Rcode == "NXDOMAIN" {
@@ -166,6 +187,8 @@ func Summarize(lines []Line) Summary {
 			}
 		case l.Drops != nil:
 			s.Dropped += int64(l.Drops.Packets)
+		case l.Truncated != nil:
+			s.NotLogged += l.Truncated.Lines
 		}
 	}
 	for _, b := range blocked {
