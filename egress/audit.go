@@ -131,9 +131,9 @@ type Summary struct {
 	NXDomain int   `json:"nxdomain"`
 	Dropped  int64 `json:"dropped_packets"`
 	// NotLogged counts lines past the host's bound on the log.
-	NotLogged int `json:"not_logged,omitempty"`
-	BytesOut int64 `json:"bytes_out"`
-	BytesIn  int64 `json:"bytes_in"`
+	NotLogged int   `json:"not_logged,omitempty"`
+	BytesOut  int64 `json:"bytes_out"`
+	BytesIn   int64 `json:"bytes_in"`
 	// Blocked lists the distinct denied destinations, each with the
 	// entry that would allow it, sorted.
 	Blocked []Blocked `json:"blocked,omitempty"`
