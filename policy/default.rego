@@ -33,9 +33,13 @@ default cfg_require_pinned_inputs := true
 
 cfg_require_pinned_inputs := data.agentsandbox.require_pinned_inputs
 
-default cfg_allow_namespace_egress := false
+default cfg_allow_namespace_egress := true
 
 cfg_allow_namespace_egress := data.agentsandbox.allow_namespace_egress
+
+default cfg_egress_deny := []
+
+cfg_egress_deny := data.agentsandbox.egress_deny
 
 default cfg_warn_no_timeout := true
 
@@ -93,6 +97,62 @@ deny contains msg if {
 	some entry in step.network.allow
 	entry in portless_entries
 	msg := sprintf("step %q: network.allow %q has no port; allow one port per entry, such as \"%s:443\"", [step.name, entry, entry])
+}
+
+# Forbidden destinations (data.agentsandbox.egress_deny): a step may not
+# ask for a host the list names, a name below a forbidden *.domain, or a
+# prefix that overlaps a forbidden one. Each step's proxy and resolver
+# also enforce the list on every connection, whatever a rule here misses.
+entry_is_ip(host) if contains(host, ":")
+
+entry_is_ip(host) if regex.match(`^[0-9./]+$`, host)
+
+as_cidr(host) := host if contains(host, "/")
+
+else := concat("", [host, "/128"]) if contains(host, ":")
+
+else := concat("", [host, "/32"])
+
+ports_meet(p, q) if p == ""
+
+ports_meet(p, q) if q == ""
+
+ports_meet(p, q) if p == q
+
+forbids(f, entry) if {
+	[fh, fp] := allow_host_port(f)
+	[h, p] := entry_host_port[entry]
+	ports_meet(fp, p)
+	forbidden_host(fh, h)
+}
+
+forbidden_host(fh, h) if fh == h
+
+forbidden_host(fh, h) if {
+	startswith(fh, "*.")
+	suffix := substring(fh, 1, -1)
+	endswith(trim_prefix(h, "*."), suffix)
+}
+
+forbidden_host(fh, h) if {
+	startswith(fh, "*.")
+	trim_prefix(h, "*.") == substring(fh, 2, -1)
+	startswith(h, "*.")
+}
+
+forbidden_host(fh, h) if {
+	entry_is_ip(fh)
+	entry_is_ip(h)
+	net.cidr_intersects(as_cidr(fh), as_cidr(h))
+}
+
+deny contains msg if {
+	count(cfg_egress_deny) > 0
+	some step in input.workflow.steps
+	some entry in step.network.allow
+	some f in cfg_egress_deny
+	forbids(f, entry)
+	msg := sprintf("step %q: network.allow %q reaches %q, which the policy forbids (data.agentsandbox.egress_deny); remove the entry", [step.name, entry, f])
 }
 
 # ---- pinned sources --------------------------------------------------------
@@ -201,7 +261,7 @@ deny contains msg if {
 	some step in input.workflow.steps
 	step.isolation != "vm"
 	count(step.network.allow) > 0
-	msg := sprintf("step %q: network.allow gives egress to a step under isolation %s; namespace isolation shares the host kernel, so this needs isolation vm or data.agentsandbox.allow_namespace_egress", [step.name, step.isolation])
+	msg := sprintf("step %q: network.allow gives egress to a step under isolation %s, and this policy requires vm isolation for egress (data.agentsandbox.allow_namespace_egress is false); set isolation: vm", [step.name, step.isolation])
 }
 
 # ---- warnings --------------------------------------------------------------

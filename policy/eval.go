@@ -69,6 +69,10 @@ type Decision struct {
 	// name, or "*" for every step, to the system calls that step's job may
 	// make beyond the jail's default seccomp filter. BundleDigest pins it.
 	SeccompAllow map[string][]string `json:"seccompAllow,omitempty"`
+	// EgressDeny is the policy data agentsandbox.egress_deny: network
+	// entries no step may reach, enforced by every step's egress proxy
+	// and resolver besides the admission rules. BundleDigest pins it.
+	EgressDeny []string `json:"egressDeny,omitempty"`
 }
 
 // SeccompAllowFor is what SeccompAllow grants step: its own entry and
@@ -150,6 +154,7 @@ func (e *Engine) Eval(ctx context.Context, w *workflow.Workflow, host Host) (*De
 			d.SeccompAllow[k] = slices.Clone(v)
 		}
 	}
+	d.EgressDeny = slices.Clone(e.egressDeny)
 	d.ID = decisionID(d.BundleDigest, d.InputDigest)
 	if d.Deny, err = messages(rs[0].Bindings, e.denyVars); err != nil {
 		return nil, err

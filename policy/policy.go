@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentsandbox/agentsandbox/egress"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -74,6 +75,8 @@ type Engine struct {
 	policies []string
 	// seccompAllow is data.agentsandbox.seccomp.allow (see SeccompAllow).
 	seccompAllow map[string][]string
+	// egressDeny is data.agentsandbox.egress_deny (see EgressDeny).
+	egressDeny []string
 }
 
 // BundleDigest is the digest over the policy files and data Load read.
@@ -197,7 +200,11 @@ func compile(ctx context.Context, opts Options, b *bundle) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{bundle: b.digest(), policies: make([]string, 0, len(b.sources)), seccompAllow: allow}
+	deny, err := egressDenyData(b.data)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{bundle: b.digest(), policies: make([]string, 0, len(b.sources)), seccompAllow: allow, egressDeny: deny}
 	for _, s := range b.sources {
 		e.policies = append(e.policies, s.name)
 	}
@@ -224,6 +231,35 @@ func compile(ctx context.Context, opts Options, b *bundle) (*Engine, error) {
 	}
 	e.query = pq
 	return e, nil
+}
+
+// egressDenyData reads data.agentsandbox.egress_deny: network entries
+// (the forms network.allow takes) that no step may reach, whatever its
+// network.allow says. Each must parse as an egress rule.
+func egressDenyData(data map[string]any) ([]string, error) {
+	const key = "data.agentsandbox.egress_deny"
+	as, _ := data["agentsandbox"].(map[string]any)
+	v, ok := as["egress_deny"]
+	if !ok || v == nil {
+		return nil, nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, &SourceError{Problems: []string{fmt.Sprintf("policy data %s is %T, want a list of network entries such as [\"*.internal.example.com\", \"10.0.0.0/8\"]", key, v)}}
+	}
+	var out []string
+	for _, x := range list {
+		e, ok := x.(string)
+		if !ok {
+			return nil, &SourceError{Problems: []string{fmt.Sprintf("policy data %s holds %v, want network entries (strings)", key, x)}}
+		}
+		if _, err := egress.ParseRule(e); err != nil {
+			return nil, &SourceError{Problems: []string{fmt.Sprintf("policy data %s: %v", key, err)}}
+		}
+		out = append(out, e)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // seccompAllowData reads data.agentsandbox.seccomp.allow: an object from a

@@ -24,7 +24,7 @@ const (
 
 // okWorkflow passes the default policy with no message on vmHost.
 func okWorkflow() *workflow.Workflow {
-	res := workflow.Resources{VCPU: 2, Memory: 2 << 30, PIDs: 512, Disk: 1 << 30, TimeoutMS: 600_000}
+	res := workflow.Resources{VCPU: 2, Memory: 2 << 30, PIDs: 512, Disk: 1 << 30, TimeoutMS: 600_000, Bandwidth: 100_000_000}
 	return &workflow.Workflow{
 		APIVersion: workflow.APIVersion,
 		Kind:       workflow.Kind,
@@ -162,14 +162,15 @@ func TestDefaultRules(t *testing.T) {
 		{name: "timeout above ceiling", edit: func(w *workflow.Workflow) { step(w, "build").Resources.TimeoutMS = 24*3600*1000 + 1 },
 			deny: []string{`step "build": resources.timeoutMs 86400001 is above the ceiling 86400000 (data.agentsandbox.ceilings.timeoutMs)`}},
 		{name: "timeout at ceiling", allows: true, edit: func(w *workflow.Workflow) { step(w, "build").Resources.TimeoutMS = 24 * 3600 * 1000 }},
-		{name: "namespace with egress", edit: func(w *workflow.Workflow) { step(w, "build").Isolation = workflow.IsolationNamespace },
-			deny: []string{`step "build": network.allow gives egress to a step under isolation namespace; namespace isolation shares the host kernel, so this needs isolation vm or data.agentsandbox.allow_namespace_egress`}},
+		// The egress proxy enforces network.allow in both backends, so the
+		// default policy admits it on a namespace step too
+		// (TestEgressPolicyData: a team can require vm).
+		{name: "namespace with egress", allows: true, edit: func(w *workflow.Workflow) { step(w, "build").Isolation = workflow.IsolationNamespace }},
 		// The policy judges the resolved isolation (engine.Resolve): a vm
 		// step is a vm whatever the host says, and an auto the runner never
 		// resolved may still become a namespace jail.
 		{name: "vm with egress on a host without kvm", host: nsHost, allows: true, edit: func(w *workflow.Workflow) {}},
-		{name: "unresolved auto with egress on a kvm host", edit: func(w *workflow.Workflow) { step(w, "build").Isolation = workflow.IsolationAuto },
-			deny: []string{`step "build": network.allow gives egress to a step under isolation auto; namespace isolation shares the host kernel, so this needs isolation vm or data.agentsandbox.allow_namespace_egress`}},
+		{name: "unresolved auto with egress on a kvm host", allows: true, edit: func(w *workflow.Workflow) { step(w, "build").Isolation = workflow.IsolationAuto }},
 		{name: "namespace without egress", allows: true, edit: func(w *workflow.Workflow) { step(w, "test").Isolation = workflow.IsolationNamespace }},
 		{name: "no timeout", edit: func(w *workflow.Workflow) { step(w, "test").Resources.TimeoutMS = 0 },
 			warn: []string{`step "test": resources.timeoutMs is not set, so the step may run forever; set a timeout`}},
@@ -725,4 +726,80 @@ func TestInputDocumentHostShape(t *testing.T) {
 	if !strings.HasSuffix(string(in), `,"host":{"isolation":[],"hypervisors":[],"kvm":false,"nix":false,"uid":7}}`) || !strings.HasPrefix(string(in), `{"workflow":{"apiVersion":`) {
 		t.Fatalf("input = %s", in)
 	}
+}
+
+// TestEgressPolicyData covers the team's switches over egress: requiring
+// vm isolation for it, and forbidding destinations whatever a step asks
+// (which also reach every step's proxy through Decision.EgressDeny).
+func TestEgressPolicyData(t *testing.T) {
+	dir := t.TempDir()
+	data := writeFile(t, filepath.Join(dir, "data.json"), `{"agentsandbox": {
+		"allow_namespace_egress": false,
+		"egress_deny": ["*.internal.example.com", "10.0.0.0/8", "db.example.com:5432", "2001:db8:bad::/48"]}}`)
+	e := load(t, Options{DataFiles: []string{data}})
+	cases := []struct {
+		name      string
+		isolation workflow.Isolation
+		allow     []string
+		deny      []string
+	}{
+		{"vm, allowed entries", workflow.IsolationVM, []string{"api.example.com:443", "192.0.2.0/24:443"}, nil},
+		{"namespace needs vm", workflow.IsolationNamespace, []string{"api.example.com:443"},
+			[]string{`step "build": network.allow gives egress to a step under isolation namespace, and this policy requires vm isolation for egress (data.agentsandbox.allow_namespace_egress is false); set isolation: vm`}},
+		{"name below a forbidden domain", workflow.IsolationVM, []string{"git.internal.example.com:443"},
+			[]string{`step "build": network.allow "git.internal.example.com:443" reaches "*.internal.example.com", which the policy forbids (data.agentsandbox.egress_deny); remove the entry`}},
+		{"wildcard of a forbidden domain", workflow.IsolationVM, []string{"*.internal.example.com:443"},
+			[]string{`step "build": network.allow "*.internal.example.com:443" reaches "*.internal.example.com", which the policy forbids (data.agentsandbox.egress_deny); remove the entry`}},
+		{"prefix overlapping a forbidden one", workflow.IsolationVM, []string{"10.1.0.0/16:443"},
+			[]string{`step "build": network.allow "10.1.0.0/16:443" reaches "10.0.0.0/8", which the policy forbids (data.agentsandbox.egress_deny); remove the entry`}},
+		{"address inside a forbidden prefix", workflow.IsolationVM, []string{"10.2.3.4:80"},
+			[]string{`step "build": network.allow "10.2.3.4:80" reaches "10.0.0.0/8", which the policy forbids (data.agentsandbox.egress_deny); remove the entry`}},
+		{"ipv6 inside a forbidden prefix", workflow.IsolationVM, []string{"[2001:db8:bad::1]:443"},
+			[]string{`step "build": network.allow "[2001:db8:bad::1]:443" reaches "2001:db8:bad::/48", which the policy forbids (data.agentsandbox.egress_deny); remove the entry`}},
+		{"forbidden port only", workflow.IsolationVM, []string{"db.example.com:443"}, nil},
+		{"forbidden host and port", workflow.IsolationVM, []string{"db.example.com:5432"},
+			[]string{`step "build": network.allow "db.example.com:5432" reaches "db.example.com:5432", which the policy forbids (data.agentsandbox.egress_deny); remove the entry`}},
+		{"a sibling domain is not below it", workflow.IsolationVM, []string{"notinternal.example.com:443"}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := okWorkflow()
+			for i := range w.Steps {
+				if w.Steps[i].Name == "build" {
+					w.Steps[i].Isolation = c.isolation
+					w.Steps[i].Network.Allow = c.allow
+					w.Steps[i].Resources.Bandwidth = 100_000_000
+				}
+			}
+			d := eval(t, e, w, vmHost)
+			if fmt.Sprint(d.Deny) != fmt.Sprint(nonNilStrings(c.deny)) {
+				t.Errorf("deny = %q\nwant   %q", d.Deny, c.deny)
+			}
+			want := []string{"*.internal.example.com", "10.0.0.0/8", "2001:db8:bad::/48", "db.example.com:5432"}
+			if fmt.Sprint(d.EgressDeny) != fmt.Sprint(want) {
+				t.Errorf("EgressDeny = %q, want %q", d.EgressDeny, want)
+			}
+		})
+	}
+	// Unlimited bandwidth with egress is above the default ceiling.
+	w := okWorkflow()
+	for i := range w.Steps {
+		w.Steps[i].Isolation = workflow.IsolationVM
+		w.Steps[i].Resources.Bandwidth = 0
+	}
+	d := eval(t, load(t, Options{}), w, vmHost)
+	if want := `step "build": resources.bandwidth is unlimited, above the ceiling 1000000000 (data.agentsandbox.ceilings.bandwidth); set resources.bandwidth`; !slices.Contains(d.Deny, want) {
+		t.Errorf("default policy, egress without bandwidth: deny = %q, want it to hold %q", d.Deny, want)
+	}
+	bad := writeFile(t, filepath.Join(dir, "bad.json"), `{"agentsandbox": {"egress_deny": ["*"]}}`)
+	if _, err := Load(context.Background(), Options{DataFiles: []string{bad}}); err == nil || !strings.Contains(err.Error(), "egress_deny") {
+		t.Errorf("Load with egress_deny [\"*\"]: err = %v, want one naming egress_deny", err)
+	}
+}
+
+func nonNilStrings(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }

@@ -173,6 +173,14 @@ func normalize(r *Record) *Record {
 			c := *s.Logs.Console
 			s.Logs.Console = &c
 		}
+		if s.Network != nil {
+			nw := *s.Network
+			nw.Allow = sortedStrings(nw.Allow)
+			if nw.Deny != nil {
+				nw.Deny = sortedStrings(nw.Deny)
+			}
+			s.Network = &nw
+		}
 		n.Steps[i] = s
 	}
 	slices.SortStableFunc(n.Steps, func(a, b Step) int { return strings.Compare(a.Name, b.Name) })

@@ -135,6 +135,33 @@ type Step struct {
 	Usage   Usage    `json:"usage"`
 	Logs    Logs     `json:"logs"`
 	Outputs []Output `json:"outputs"`
+
+	// Network is the step's egress; absent for a step without
+	// network.allow (loopback only).
+	Network *Network `json:"network,omitempty"`
+}
+
+// Network is what a step with egress was allowed and what it did: its
+// rules as enforced, and the audit log of every connection, DNS query
+// and the firewall's drops (docs/network.md).
+type Network struct {
+	// Allow is the step's network.allow; Deny the policy's forbidden
+	// entries (data.agentsandbox.egress_deny) in force for it.
+	Allow []string `json:"allow"`
+	Deny  []string `json:"deny,omitempty"`
+	// Bandwidth is the limit the proxy and tc enforced, bytes/s.
+	Bandwidth int64 `json:"bandwidthBps"`
+	// Log is the blob of the audit log, JSON lines (egress.ReadLog).
+	Log Digest `json:"log"`
+	// Counts summarise the log.
+	Allowed  int   `json:"allowed"`
+	Denied   int   `json:"denied"`
+	Failed   int   `json:"failed"`
+	Queries  int   `json:"queries"`
+	NXDomain int   `json:"nxdomain"`
+	Dropped  int64 `json:"droppedPackets"`
+	BytesOut int64 `json:"bytesOut"`
+	BytesIn  int64 `json:"bytesIn"`
 }
 
 // StorePath is one path of a step's closure.

@@ -65,6 +65,9 @@ func (s *Store) Verify(id ID) ([]Problem, error) {
 		for _, o := range st.Outputs {
 			check(pre+"output "+o.Path, o.NarHash.Blob(), o.NarHash.String())
 		}
+		if st.Network != nil {
+			check(pre+"network log", st.Network.Log, st.Network.Log.String())
+		}
 	}
 	return problems, nil
 }
