@@ -27,6 +27,7 @@ steps:
       allow: [%s]
     resources:
       timeout: 1m
+      bandwidth: 10Mbit
 `
 
 func writeTestFile(t *testing.T, path, content string) string {
