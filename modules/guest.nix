@@ -129,12 +129,12 @@ in
       };
       address = mkOption {
         type = types.str;
-        default = "10.231.0.2/30";
+        default = "198.18.0.2/24";
         description = "The guest's address and prefix length on the tap link.";
       };
       gateway = mkOption {
         type = types.str;
-        default = "10.231.0.1";
+        default = "198.18.0.1";
         description = "The host end of the tap link: default route and DNS server.";
       };
       allow = mkOption {

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
 	"text/template"
 
+	"github.com/agentsandbox/agentsandbox/egress"
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/templates"
 	"github.com/agentsandbox/agentsandbox/workflow"
@@ -44,12 +46,13 @@ const (
 )
 
 // Guest network addressing on the step's tap link, inside the step's own
-// network namespace (so every step can use the same addresses). The netns
-// code gives the tap HostAddress; the guest takes GuestAddress and routes
-// through HostAddress, which also answers DNS.
-const (
-	HostAddress  = "10.231.0.1"
-	GuestAddress = "10.231.0.2/30"
+// network namespace (so every step can use the same addresses): the
+// egress room's (package egress). The netns code gives the tap
+// HostAddress; the guest takes GuestAddress and routes through
+// HostAddress, which also answers DNS (the step's resolver).
+var (
+	HostAddress  = egress.Gateway.String()
+	GuestAddress = netip.PrefixFrom(egress.Guest, egress.GatewayPrefix.Bits()).String()
 )
 
 // Options tune Generate. The zero value uses the defaults.
@@ -249,9 +252,9 @@ func nixpkgsInput(n *workflow.Nixpkgs) nixpkgsData {
 const TapID = "asb-tap0"
 
 // GuestMAC is the guest's MAC address on the tap: locally administered,
-// unicast, the rest GuestAddress (10.231.0.2). Like the addresses, it is the
+// unicast, the rest GuestAddress (198.18.0.2). Like the addresses, it is the
 // same in every step's own network namespace.
-const GuestMAC = "02:00:0a:e7:00:02"
+const GuestMAC = "02:00:c6:12:00:02"
 
 // MemMiB converts a memory quota in bytes to microvm.mem, in MiB rounded up.
 // Exactly 2048 MiB is known to hang qemu (microvm.nix), so with qemu it

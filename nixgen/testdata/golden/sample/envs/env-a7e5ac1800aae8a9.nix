@@ -38,7 +38,7 @@
       {
         type = "tap";
         id = "asb-tap0";
-        mac = "02:00:0a:e7:00:02";
+        mac = "02:00:c6:12:00:02";
       }
     ];
   };
@@ -54,9 +54,9 @@
     workspaceMount = "/workspace";
     network = {
       enable = true;
-      mac = "02:00:0a:e7:00:02";
-      address = "10.231.0.2/30";
-      gateway = "10.231.0.1";
+      mac = "02:00:c6:12:00:02";
+      address = "198.18.0.2/24";
+      gateway = "198.18.0.1";
       allow = [
         {
           host = null;
