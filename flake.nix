@@ -22,7 +22,7 @@
       forAllSystems = f: lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
 
       version = "0.1.0-${self.shortRev or "dirty"}";
-      vendorHash = "sha256-KoFylS8X16OuYfiISo3k60GHbpbG83j01xMFXKTFBYI=";
+      vendorHash = "sha256-pJEZngqUxqSrmalUI5LUZEodhnZFuEChTjqpk8fIq2Q=";
       src = lib.cleanSource ./.;
 
       goPackage = pkgs: { pname, subPackages, description }:

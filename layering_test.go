@@ -164,6 +164,7 @@ var testSupport = []string{
 	module + "/internal/fakebackend",
 	module + "/internal/vmfixture",
 	module + "/internal/testtier",
+	module + "/internal/testnet",
 }
 
 // TestTestSupportOnlyInTests: no product package imports test support
@@ -194,7 +195,8 @@ var lowLevel = []struct {
 	{"vmrunner/cgroup", nil,
 		"cgroup imports nothing above it: the runner, the backends and the engine use it, never the other way"},
 	{"vmrunner/hoststate",
-		[]string{module + "/netns", module + "/vmrunner/cgroup", module + "/vmrunner/wsquota", module + "/internal/atomicfile"},
+		// egress is the pure core whose addresses netns's firewall uses.
+		[]string{module + "/netns", module + "/egress", module + "/vmrunner/cgroup", module + "/vmrunner/wsquota", module + "/internal/atomicfile"},
 		"the state, naming and gc room drives the mechanisms below it and imports no backend, sandbox or runner"},
 }
 

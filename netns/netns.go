@@ -4,8 +4,17 @@
 // /run/netns/NAME exactly like `ip netns add NAME` does, so `ip netns list`,
 // `ip -n NAME ...` and `ip netns exec` see it. A new namespace holds only the
 // loopback device, which Create brings up: that is all `network: none` gives a
-// step. Nothing in this package opens a route out of the namespace; egress
-// (veth, addresses, nftables) is a later piece of work.
+// step. Nothing in this package opens a route out of the namespace.
+//
+// SetupEgress (egress.go) turns a namespace into a step's network room: the
+// addresses of package egress on a link of its own (namespace mode) or on
+// the VM's tap, and one nftables table that redirects every TCP connection
+// out to the transparent proxy listening inside the namespace, lets DNS
+// reach the step's resolver on egress.Gateway, and drops and counts
+// everything else. The rules go in through a netlink socket in the
+// namespace; no thread of the caller enters it for that. Listen and
+// ListenPacket open the proxy's and the resolver's sockets inside it, and
+// OriginalDst tells the proxy where a redirected connection was going.
 //
 // Namespace switches are per OS thread. Create and Do run on a fresh goroutine
 // locked to its thread and switch back before unlocking; if switching back
