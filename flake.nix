@@ -22,7 +22,7 @@
       forAllSystems = f: lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
 
       version = "0.1.0-${self.shortRev or "dirty"}";
-      vendorHash = "sha256-pJEZngqUxqSrmalUI5LUZEodhnZFuEChTjqpk8fIq2Q=";
+      vendorHash = "sha256-Mpn0KbXyK3H7lIfYjyXMhVcTOSXU1UxJm+DwHo+/9SU=";
       src = lib.cleanSource ./.;
 
       goPackage = pkgs: { pname, subPackages, description }:

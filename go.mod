@@ -8,6 +8,7 @@ require (
 	github.com/google/nftables v0.3.0
 	github.com/hashicorp/go-getter/v2 v2.2.5
 	github.com/klauspost/compress v1.20.0
+	github.com/miekg/dns v1.1.73
 	github.com/moby/profiles/seccomp v0.3.0
 	github.com/nix-community/go-nix v0.0.0-20250101154619-4bdde671e0a1
 	github.com/open-policy-agent/opa v1.22.0

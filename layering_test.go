@@ -17,8 +17,10 @@ const module = "github.com/agentsandbox/agentsandbox"
 var pureCore = []string{"workflow", "policy", "nixgen", "templates", "record"}
 
 // pureCoreExact are pure packages whose subpackages are not: guest is the
-// protocol, guest/agent the agent that makes the system calls.
-var pureCoreExact = []string{"guest"}
+// protocol, guest/agent the agent that makes the system calls; egress is
+// the rules and decisions, egress/dns and egress/proxy the servers that
+// enforce them.
+var pureCoreExact = []string{"guest", "egress"}
 
 // edge are the project's privileged packages: the pure core may not reach
 // them by any path.

@@ -118,7 +118,10 @@ func ReadLog(r io.Reader) ([]Line, error) {
 		}
 		out = append(out, l)
 	}
-	return out, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read network log: %w", err)
+	}
+	return out, nil
 }
 
 // Summary is what `records show` prints of a step's network log, and what

@@ -37,7 +37,7 @@ func ParseRule(entry string) (Rule, error) {
 		return Rule{}, errors.New(`"*" (all egress) cannot be enforced by the egress proxy; list the hosts or prefixes the step needs`)
 	}
 	r := Rule{Entry: entry}
-	hostPart, portPart := entry, ""
+	hostPart, portPart, hasPort := entry, "", false
 	if strings.HasPrefix(entry, "[") {
 		end := strings.IndexByte(entry, ']')
 		if end < 0 {
@@ -50,12 +50,13 @@ func ParseRule(entry string) (Rule, error) {
 			if !ok {
 				return Rule{}, fmt.Errorf("network entry %q: text after ']' is not :PORT", entry)
 			}
-			portPart = p
+			portPart, hasPort = p, true
 		}
 	} else if strings.Count(entry, ":") == 1 {
-		hostPart, portPart, _ = strings.Cut(entry, ":")
+		hostPart, portPart, hasPort = strings.Cut(entry, ":")
 	}
-	if portPart != "" {
+	if hasPort {
+		// An empty port is an error, not "any port": leave out the ':'.
 		n, err := strconv.ParseUint(portPart, 10, 16)
 		if err != nil || n == 0 {
 			return Rule{}, fmt.Errorf("network entry %q: port %q is not 1-65535", entry, portPart)
@@ -75,10 +76,11 @@ func ParseRule(entry string) (Rule, error) {
 		r.Wildcard = true
 		h = rest
 	}
-	if h == "" || strings.ContainsAny(h, "*/ ") {
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || strings.ContainsAny(h, "*/ :[]") {
 		return Rule{}, fmt.Errorf("network entry %q: %q is not a host name, address or prefix", entry, hostPart)
 	}
-	r.Host = strings.TrimSuffix(h, ".")
+	r.Host = h
 	return r, nil
 }
 
@@ -180,7 +182,10 @@ func (rs *Rules) Decide(q Request) Decision {
 			return Decision{Rule: r.Entry, Reason: fmt.Sprintf("%s is forbidden by the policy (data.agentsandbox.egress_deny %q); no network.allow entry can open it", target(q), r.Entry)}
 		}
 	}
-	if name != "" {
+	// A name counts only when the job gave no address (the proxy
+	// endpoint) or the step's resolver gave the address for it; an
+	// address the job dialled itself is judged by CIDR rules alone.
+	if name != "" && (!addr.IsValid() || IsResolverAddr(addr)) {
 		for _, r := range rs.Allow {
 			if !r.IsCIDR() && !r.Wildcard && r.matchName(name) && r.matchPort(q.Port) {
 				return Decision{Allow: true, Rule: r.Entry, Reason: fmt.Sprintf("network.allow %q", r.Entry)}
@@ -252,18 +257,31 @@ func target(q Request) string {
 // rule names it (exactly or below a wildcard) and no deny rule does.
 // Every other name gets NXDOMAIN.
 func (rs *Rules) Resolves(name string) bool {
+	_, ok := rs.ResolveRule(name)
+	return ok
+}
+
+// ResolveRule is Resolves with the entry that decided: the deny rule that
+// names name (ok false), else the allow rule that names it, an exact one
+// before a wildcard (ok true), else the zero Rule (ok false).
+func (rs *Rules) ResolveRule(name string) (r Rule, ok bool) {
 	name = strings.TrimSuffix(strings.ToLower(name), ".")
 	for _, r := range rs.Deny {
 		if r.matchName(name) || (r.Wildcard && name == r.Host) {
-			return false
+			return r, false
 		}
 	}
 	for _, r := range rs.Allow {
-		if r.matchName(name) {
-			return true
+		if !r.Wildcard && r.matchName(name) {
+			return r, true
 		}
 	}
-	return false
+	for _, r := range rs.Allow {
+		if r.Wildcard && r.matchName(name) {
+			return r, true
+		}
+	}
+	return Rule{}, false
 }
 
 // CheckUpstream judges an address the proxy is about to dial for an
@@ -278,6 +296,15 @@ func (rs *Rules) CheckUpstream(a netip.Addr) error {
 			return fmt.Errorf("upstream address %s is forbidden by the policy (data.agentsandbox.egress_deny %q)", a, r.Entry)
 		}
 	}
+	if nat64.Contains(a) {
+		// A NAT64 gateway on the host's network would carry this to
+		// the IPv4 address in its last 32 bits: judge that one too.
+		b := a.As16()
+		v4 := netip.AddrFrom4([4]byte(b[12:]))
+		if err := rs.CheckUpstream(v4); err != nil {
+			return fmt.Errorf("upstream address %s is NAT64 for %s: %w", a, v4, err)
+		}
+	}
 	sp, what, ok := SpecialRange(a)
 	if !ok {
 		return nil
@@ -289,6 +316,9 @@ func (rs *Rules) CheckUpstream(a netip.Addr) error {
 	}
 	return fmt.Errorf("upstream address %s is %s (%s); it is refused unless a network.allow CIDR inside %s names it", a, what, sp, sp)
 }
+
+// nat64 is the well-known NAT64 prefix (RFC 6052).
+var nat64 = netip.MustParsePrefix("64:ff9b::/96")
 
 type special struct {
 	prefix netip.Prefix
