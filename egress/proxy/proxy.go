@@ -39,7 +39,7 @@ type Config struct {
 	// connections, in each direction separately; 0 is unlimited.
 	Bandwidth int64
 	// Log gets one audit line per connection when it ends. Calls are
-	// made one at a time.
+	// made one at a time; Log must not call Close (Close waits for it).
 	Log func(egress.Conn)
 	// PeekTimeout is how long to wait for a client's first bytes
 	// (default 500ms); DialTimeout bounds resolving and dialling upstream
@@ -380,6 +380,9 @@ func (p *Proxy) dial(s *session, name string, addr netip.Addr, port uint16) (net
 		}
 		target := netip.AddrPortFrom(a.WithZone(""), port).String()
 		c, err := p.c.Dial(ctx, "tcp", target)
+		if err == nil && c == nil {
+			err = errors.New("the dialer returned no connection")
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("dial %s: %w", target, err))
 			continue

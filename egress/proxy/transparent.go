@@ -20,6 +20,13 @@ func (p *Proxy) handleTransparent(s *session) {
 	}
 	s.rec.Dst = dst.String()
 	addr, port := dst.Addr().Unmap(), dst.Port()
+	if local, err := netip.ParseAddrPort(s.client.LocalAddr().String()); err == nil && local.Addr().Unmap() == addr && local.Port() == port {
+		// Not redirected: conntrack reports the listener itself. Dialling
+		// it would loop back into the proxy.
+		s.deny(egress.Decision{Reason: fmt.Sprintf("the connection came straight to the egress proxy's listener %s (its original destination is the listener itself), not through the step's firewall redirect; connect to the destination, not to the proxy", dst)})
+		reset(s.client)
+		return
+	}
 	var name string
 	if egress.IsResolverAddr(addr) {
 		n, ok := "", false

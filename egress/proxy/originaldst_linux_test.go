@@ -1,0 +1,141 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/egress"
+	"github.com/agentsandbox/agentsandbox/internal/testnet"
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/netns"
+)
+
+// TestTransparentInNetns is the proxy with the real original destination
+// (SO_ORIGINAL_DST / IP6T_SO_ORIGINAL_DST): a step namespace of its own
+// with the step's firewall redirecting to the proxy's listener, and
+// upstream in testnet's made-up internet. Nothing touches the host's
+// network or firewall.
+func TestTransparentInNetns(t *testing.T) {
+	testtier.Root(t)
+	in := testnet.New(t)
+	b := make([]byte, 4)
+	rand.Read(b)
+	ns, err := netns.Create(netns.Prefix + "ptest-" + hex.EncodeToString(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ns.Delete(); err != nil {
+			t.Error(err)
+		}
+	})
+	l, err := ns.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.SetupEgress(netns.Egress{ProxyPort: uint16(l.Addr().(*net.TCPAddr).Port)}); err != nil {
+		t.Fatal(err)
+	}
+	m := egress.NewMapper()
+	var mu sync.Mutex
+	var logs []egress.Conn
+	p := New(Config{
+		Step:        "netns",
+		Rules:       rules(t, []string{"api.example.test", "2001:db8::/32"}, nil),
+		Mapper:      m,
+		Resolve:     in.Resolve,
+		Dial:        in.Dial,
+		PeekTimeout: 200 * time.Millisecond,
+		Log:         func(c egress.Conn) { mu.Lock(); logs = append(logs, c); mu.Unlock() },
+	})
+	done := make(chan error, 1)
+	go func() { done <- p.ServeTransparent(l) }()
+
+	dial := func(dst string) net.Conn {
+		t.Helper()
+		var c net.Conn
+		if err := ns.Do(func() error {
+			var err error
+			c, err = net.DialTimeout("tcp", dst, 5*time.Second)
+			return err
+		}); err != nil {
+			t.Fatalf("dial %s inside the step: %v", dst, err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		return c
+	}
+
+	// A name the step's resolver gave, over IPv4.
+	c := dial(mapped(t, m, "api.example.test", testnet.HTTPPort))
+	fmt.Fprintf(c, "GET /x HTTP/1.1\r\nHost: api.example.test\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if want := "testnet GET api.example.test /x 203.0.113.10:80\n"; string(body) != want {
+		t.Errorf("got %q, want %q", body, want)
+	}
+	c.Close()
+
+	// An IPv6 address by CIDR, TLS end to end.
+	raw := dial("[2001:db8::10]:443")
+	tc := tls.Client(raw, &tls.Config{ServerName: "api.example.test", RootCAs: in.RootCAs})
+	fmt.Fprintf(tc, "GET /tls HTTP/1.1\r\nHost: api.example.test\r\nConnection: close\r\n\r\n")
+	resp, err = http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	if !strings.HasPrefix(string(body), "testnet GET api.example.test /tls [2001:db8::10]:443") {
+		t.Errorf("got %q", body)
+	}
+	tc.Close()
+
+	// An address no rule allows: a 403 naming it.
+	c = dial("198.51.100.7:80")
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n")
+	resp, err = http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	if resp.StatusCode != 403 || !strings.Contains(string(body), `"198.51.100.7:80"`) {
+		t.Errorf("%d %q", resp.StatusCode, body)
+	}
+	c.Close()
+
+	p.Close()
+	if err := <-done; err != ErrClosed {
+		t.Errorf("ServeTransparent: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(logs) != 3 {
+		t.Fatalf("%d log lines: %+v", len(logs), logs)
+	}
+	want := []struct{ dst, upstream string }{
+		{"198.19.0.1:80", "203.0.113.10:80"},
+		{"[2001:db8::10]:443", "[2001:db8::10]:443"},
+		{"198.51.100.7:80", ""},
+	}
+	byDst := map[string]egress.Conn{}
+	for _, l := range logs { // in the order the connections ended
+		byDst[l.Dst] = l
+	}
+	for _, w := range want {
+		if l, ok := byDst[w.dst]; !ok || l.Upstream != w.upstream {
+			t.Errorf("log of %s: %+v, want upstream %q", w.dst, l, w.upstream)
+		}
+	}
+}
