@@ -44,7 +44,8 @@ type Server struct {
 	Rules  *egress.Rules
 	Mapper *egress.Mapper
 	// Log receives every query, one call each (nil: no log). It is called
-	// from one goroutine at a time.
+	// from one goroutine at a time, while the query waits for its answer:
+	// it should append to a buffer or file, not block.
 	Log func(egress.Query)
 	// MaxLogged caps the queries logged (0 or less: DefaultMaxLogged).
 	// Beyond it queries are counted, and Close logs one last line with
