@@ -48,6 +48,27 @@ func TestBandwidthSharedByConnections(t *testing.T) {
 	}
 }
 
+// Close does not wait for the bucket: a connection held back by the
+// limit ends at once.
+func TestCloseDuringBandwidthWait(t *testing.T) {
+	w := newWorld(t)
+	w.upstream("203.0.113.71:80", func(c net.Conn) { c.Write(make([]byte, 1<<20)) })
+	p, addr := w.start(Config{Rules: rules(t, []string{"203.0.113.71"}, nil), Bandwidth: 1000, PeekTimeout: 10 * time.Millisecond})
+	c := w.connect(addr, "203.0.113.71:80")
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	p.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Close took %s", d)
+	}
+	if got := lastLog(t, w, 1); got.BytesIn < 4096 || got.BytesIn > 16384 {
+		t.Errorf("log %+v", got)
+	}
+}
+
 // BenchmarkProxyThroughput copies through the proxy; BenchmarkDirectCopy
 // is the same transfer over a plain loopback connection, the baseline.
 func BenchmarkProxyThroughput(b *testing.B) {

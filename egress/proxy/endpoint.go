@@ -137,6 +137,7 @@ func (p *Proxy) handleEndpoint(s *session) {
 	}
 	req.Close = true
 	req.RequestURI = ""
+	req.Host = "" // the URL's host, which was decided, not a Host header's
 	req.Header.Set("Connection", "close")
 	w := &meteredWriter{s: s}
 	_ = s.client.SetReadDeadline(time.Now().Add(p.c.IdleTimeout))
@@ -163,7 +164,7 @@ func (m *meteredWriter) Write(b []byte) (int, error) {
 			n = s.p.out.chunk()
 		}
 		if s.p.out != nil {
-			if err := s.p.out.wait(s.p.ctx, n); err != nil {
+			if err := s.p.out.wait(s.ctx, n); err != nil {
 				return written, err
 			}
 		}

@@ -167,6 +167,13 @@ func TestAbsoluteFormForwarded(t *testing.T) {
 		t.Errorf("log %+v", got)
 	}
 
+	// The URL's host, which was decided, is the Host upstream sees.
+	resp, _, _ = request(t, addr, "GET http://www.example.com/h HTTP/1.1\r\nHost: evil.com\r\n\r\n")
+	if b := body(resp); resp.StatusCode != 200 || b != "GET www.example.com /h " {
+		t.Errorf("%d %q", resp.StatusCode, b)
+	}
+	<-seen
+
 	resp, _, _ = request(t, addr, "GET http://example.org/ HTTP/1.1\r\nHost: example.org\r\n\r\n")
 	if b := body(resp); resp.StatusCode != 403 || !strings.Contains(b, `"example.org:80"`) {
 		t.Errorf("%d %q", resp.StatusCode, b)

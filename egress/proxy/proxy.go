@@ -146,14 +146,14 @@ var ErrClosed = errors.New("egress proxy closed")
 // l and handles each. It returns ErrClosed after Close, or the listener's
 // error.
 func (p *Proxy) ServeTransparent(l net.Listener) error {
-	return p.serve(l, p.handleTransparent)
+	return p.serve(l, true, p.handleTransparent)
 }
 
 // ServeEndpoint accepts HTTP proxy clients (HTTP_PROXY / HTTPS_PROXY) on
 // l: CONNECT host:port and absolute-form http:// requests, one request
 // per connection.
 func (p *Proxy) ServeEndpoint(l net.Listener) error {
-	return p.serve(l, p.handleEndpoint)
+	return p.serve(l, false, p.handleEndpoint)
 }
 
 // Close stops every listener, closes every connection and waits for
@@ -175,7 +175,7 @@ func (p *Proxy) Close() error {
 	return nil
 }
 
-func (p *Proxy) serve(l net.Listener, handle func(*session)) error {
+func (p *Proxy) serve(l net.Listener, transparent bool, handle func(*session)) error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -214,15 +214,18 @@ func (p *Proxy) serve(l net.Listener, handle func(*session)) error {
 		}
 		backoff = 0
 		s := &session{p: p, client: c, rec: egress.Conn{Type: "conn", Time: time.Now(), Step: p.c.Step}}
+		s.ctx, s.cancel = context.WithCancel(p.ctx)
 		p.mu.Lock()
 		switch {
 		case p.closed:
 			p.mu.Unlock()
+			s.cancel()
 			c.Close()
 			return ErrClosed
 		case len(p.sessions) >= p.c.MaxConns:
 			p.mu.Unlock()
-			p.refuse(s)
+			s.cancel()
+			p.refuse(s, transparent)
 			continue
 		}
 		p.sessions[s] = struct{}{}
@@ -244,9 +247,11 @@ func isTemporary(err error) bool {
 // refuse turns away a connection over MaxConns, in the accept loop: a
 // reset, and a log line (the original destination, when it is known,
 // costs one system call).
-func (p *Proxy) refuse(s *session) {
-	if dst, err := p.c.OriginalDst(s.client); err == nil {
-		s.rec.Dst = dst.String()
+func (p *Proxy) refuse(s *session, transparent bool) {
+	if transparent { // an endpoint client names it in a request not read
+		if dst, err := p.c.OriginalDst(s.client); err == nil {
+			s.rec.Dst = dst.String()
+		}
 	}
 	s.rec.Decision = egress.Decision{Reason: fmt.Sprintf("the step already has %d connections open, the most its egress proxy allows; close connections the job no longer needs", p.c.MaxConns)}
 	reset(s.client)
@@ -284,6 +289,8 @@ func (p *Proxy) end(s *session) {
 // session is one client connection and, once dialled, its upstream.
 type session struct {
 	p       *Proxy
+	ctx     context.Context // ends with the session or the proxy
+	cancel  context.CancelFunc
 	client  net.Conn
 	mu      sync.Mutex
 	up      net.Conn
@@ -307,6 +314,7 @@ func (s *session) closeAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	s.cancel()
 	s.client.Close()
 	if s.up != nil {
 		s.up.Close()
@@ -353,7 +361,7 @@ func oneLine(s string) string {
 // checks every candidate with Rules.CheckUpstream and dials the first
 // acceptable one that answers, always as an address:port literal.
 func (p *Proxy) dial(s *session, name string, addr netip.Addr, port uint16) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(p.ctx, p.c.DialTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, p.c.DialTimeout)
 	defer cancel()
 	var cands []netip.Addr
 	if name == "" {
@@ -451,7 +459,7 @@ func (s *session) pipe(fromClient io.Reader, discard bool) {
 	}
 	err2 := <-done
 	for _, e := range []error{err, err2} {
-		if e != nil && s.rec.Error == "" && s.p.ctx.Err() == nil && !errors.Is(e, net.ErrClosed) && !byJob(e) {
+		if e != nil && s.rec.Error == "" && s.p.ctx.Err() == nil && !errors.Is(e, net.ErrClosed) && !errors.Is(e, context.Canceled) && !byJob(e) {
 			s.rec.Error = e.Error()
 		}
 	}
@@ -491,7 +499,7 @@ func (s *session) copy(src, dst net.Conn, r io.Reader, w io.Writer, b *bucket, m
 		if n > 0 {
 			last.Store(time.Now().UnixNano())
 			if b != nil {
-				if werr := b.wait(s.p.ctx, n); werr != nil {
+				if werr := b.wait(s.ctx, n); werr != nil {
 					return werr
 				}
 			}

@@ -257,9 +257,10 @@ func TestCheckUpstreamRefusesSpecialAddresses(t *testing.T) {
 			m := egress.NewMapper()
 			dst := mapped(t, m, "api.example.com", 80)
 			p, addr := w.start(Config{Rules: rules(t, []string{"api.example.com"}, nil), Mapper: m})
-			c := w.connect(addr, dst)
-			fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
-			expectClosed(t, c)
+			code, body := httpGet(t, w.connect(addr, dst), "api.example.com", "/")
+			if code != 502 || !strings.Contains(body, tc.resolved) {
+				t.Errorf("%d %q", code, body)
+			}
 			got := lastLog(t, w, 1)
 			if !got.Allow || got.Upstream != "" || !strings.Contains(got.Error, tc.want) || !strings.Contains(got.Error, tc.resolved) {
 				t.Errorf("log %+v", got)

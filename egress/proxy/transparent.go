@@ -86,6 +86,11 @@ func (p *Proxy) handleTransparent(s *session) {
 		return
 	}
 	if !s.connect(name, addr, port) {
+		if pk.kind == kindHTTP {
+			writeStatus(s.client, "502 Bad Gateway", s.rec.Error)
+			s.client.Close()
+			return
+		}
 		reset(s.client)
 		return
 	}
