@@ -102,6 +102,8 @@ func TestConnectDenied(t *testing.T) {
 		{"10.1.1.1:443", "403", "forbidden by the policy"},
 		{"198.19.5.5:443", "403", "never gave it out"},
 		{"api.example.com", "400", "want CONNECT host:port"},
+		{"[2001:db8::1]:443", "403", `add "[2001:db8::1]:443"`},
+		{"2001:db8::1:443", "400", "send CONNECT host:port"},
 		{"bad_host!:443", "400", "not a host name"},
 	} {
 		resp, _, _ := request(t, addr, "CONNECT "+tc.target+" HTTP/1.1\r\n\r\n")
@@ -113,7 +115,7 @@ func TestConnectDenied(t *testing.T) {
 	if len(w.dialled()) != 0 {
 		t.Errorf("dialled %q", w.dialled())
 	}
-	if n := len(w.waitLogs(6)); n != 6 {
+	if n := len(w.waitLogs(8)); n != 8 {
 		t.Errorf("%d log lines", n)
 	}
 }

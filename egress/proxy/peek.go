@@ -162,7 +162,22 @@ func httpHost(head []byte) (host, bad string) {
 			host = a
 		}
 	}
+	if host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			if _, err := checkHostName([]byte(host)); err != nil {
+				return "", fmt.Sprintf("the HTTP request names %q, which is not a host name", clip(host))
+			}
+		}
+	}
 	return host, ""
+}
+
+// clip shortens what a client sent for a message.
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
 }
 
 // hostOnly lowercases an authority and drops its port and trailing dot.

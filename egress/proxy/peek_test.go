@@ -109,6 +109,9 @@ func TestHTTPHost(t *testing.T) {
 		{"GET http://a.example/ HTTP/1.1\r\nHost: b.example\r\n\r\n", "", "target names"},
 		{"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", "", "more than one Host"},
 		{"GET / HTTP/1.0\n\n", "", ""},
+		{"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", "", "not a host name"},
+		{"GET / HTTP/1.1\r\nHost: " + strings.Repeat("x", 300) + "\r\n\r\n", "", "not a host name"},
+		{"GET / HTTP/1.1\r\nHost: 192.0.2.1:80\r\n\r\n", "192.0.2.1", ""},
 	} {
 		host, bad := httpHost([]byte(tc.head))
 		if host != tc.host || (tc.bad == "") != (bad == "") || !strings.Contains(bad, tc.bad) {
