@@ -234,6 +234,15 @@ func (p *Proxy) serve(l net.Listener, transparent bool, handle func(*session)) e
 		go func() {
 			defer p.wg.Done()
 			defer p.end(s)
+			defer func() {
+				// A bug must not take the step's whole egress down, as
+				// net/http keeps serving after a handler's panic; it is
+				// on the connection's audit line.
+				if v := recover(); v != nil {
+					s.rec.Allow = false
+					s.rec.Error = fmt.Sprintf("egress proxy internal error (please report it): %v", v)
+				}
+			}()
 			handle(s)
 		}()
 	}
@@ -421,6 +430,7 @@ func (s *session) connect(name string, addr netip.Addr, port uint16) bool {
 	}
 	if !s.setUpstream(up) {
 		s.rec.Error = "the egress proxy was closed"
+		s.rec.Upstream = ""
 		return false
 	}
 	return true

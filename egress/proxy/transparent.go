@@ -53,7 +53,7 @@ func (p *Proxy) handleTransparent(s *session) {
 		reset(s.client)
 	}
 	if pk.bad != "" {
-		s.deny(egress.Decision{Reason: pk.bad + "; the egress proxy cannot tell which host the job wants, so it refuses the request: send one Host header that agrees with the request's target"})
+		s.deny(egress.Decision{Reason: pk.bad + "; the egress proxy refuses a request whose host it cannot tell: send one Host header that names the host and agrees with the request's target"})
 		refuse()
 		return
 	}
