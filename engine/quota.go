@@ -28,18 +28,19 @@ const ImageFile = hoststate.WorkspaceImage
 type quotas struct {
 	stateDir  string // for the state files gc reads; hoststate.DefaultDir when empty
 	runID     string
-	templates *wsquota.Templates // one mkfs per kind of workspace in the run
+	templates *wsquota.Templates // one mkfs per kind of workspace, kept in the state directory
 
 	mu      sync.Mutex
 	mounted []quota
 }
 
-// TemplateDir holds, in a run directory, the filesystem images the run's
-// workspace images are copied from.
-const TemplateDir = "quota-templates"
-
+// newQuotas makes the quotas of the run in runDir. The filesystem images
+// its workspace images are copied from stay between runs in the state
+// directory, beside the run directories (hoststate.TemplatesDir): after the
+// first apply of a kind of workspace no apply runs mkfs.ext4 for it.
 func newQuotas(stateDir, runID, runDir string) *quotas {
-	return &quotas{stateDir: stateDir, runID: runID, templates: &wsquota.Templates{Dir: filepath.Join(runDir, TemplateDir)}}
+	return &quotas{stateDir: stateDir, runID: runID,
+		templates: &wsquota.Templates{Dir: hoststate.TemplatesDir(filepath.Dir(runDir))}}
 }
 
 type quota struct {

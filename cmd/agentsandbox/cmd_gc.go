@@ -25,7 +25,9 @@ mounts and their loop devices, and run directories of applies that are no
 longer running (killed with SIGKILL, or a crash). Each apply lists what it creates in a state file before creating it;
 runs still alive are left alone. Directories are never removed through a
 mount. Run directories (workspaces, logs) live in the state directory: pass
-the same --state-dir the applies used.` + exitStatusHelp,
+the same --state-dir the applies used. There gc also removes workspace
+templates (quota-templates/) that no apply will use: those of dead
+processes' unfinished makes, torn ones, and those of an older mkfs.ext4.` + exitStatusHelp,
 		Example: "  agentsandbox gc\n  agentsandbox gc --state-dir /srv/agentsandbox",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

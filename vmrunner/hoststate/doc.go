@@ -15,8 +15,11 @@
 //     left in them) and network namespaces first, then the workspace quota
 //     mounts and their loop devices, the directories (rmdir, never
 //     recursively) and the state files; then the run directories, after
-//     undoing any workspace quota still mounted in them. Nothing is ever
-//     removed through a mount. `agentsandbox gc` is one call of GC.
+//     undoing any workspace quota still mounted in them; then, in the
+//     workspace quota's template directory beside the run directories
+//     (TemplatesDir, STATEDIR/quota-templates), what no apply will use.
+//     Nothing is ever removed through a mount. `agentsandbox gc` is one
+//     call of GC.
 //
 // The package sits below the backends (vmrunner/namespace, vmrunner/vm)
 // and the sandbox lifecycle, and above the mechanisms it drives (netns,

@@ -20,6 +20,17 @@ import (
 // RUNDIR/steps/STEP/workspace.
 const WorkspaceImage = "workspace.img"
 
+// QuotaTemplates is the directory, in the state directory beside the run
+// directories (runs/), that keeps the workspace quota's template images
+// (wsquota.Templates) from one run to the next.
+const QuotaTemplates = "quota-templates"
+
+// TemplatesDir is the template directory that goes with the run
+// directories under runRoot: STATEDIR/quota-templates for STATEDIR/runs.
+func TemplatesDir(runRoot string) string {
+	return filepath.Join(filepath.Dir(filepath.Clean(runRoot)), QuotaTemplates)
+}
+
 // GC removes what applies that are no longer running (killed with SIGKILL,
 // crashed) left on the host, for both backends, and reports each thing it
 // removed (or found already gone) as "cgroup PATH", "netns NAME", "mount
@@ -41,7 +52,12 @@ const WorkspaceImage = "workspace.img"
 // steps/STEP/workspace.img) and detaches any loop device still serving a
 // file of the run, whether or not a state file lists them. A directory with
 // anything else mounted below it is left alone and reported, never removed
-// through the mount.
+// through the mount. Last, the template directory beside runRoot
+// (TemplatesDir) loses what no apply will use, each reported as "template
+// PATH": temporary files of processes that are gone, templates that are
+// not whole, and templates of another mkfs.ext4 than the host's (see
+// wsquota.GCTemplates). Templates in use stay: they are a cache that
+// spares each apply a mkfs.
 func GC(stateDir, runRoot string) (removed []string, err error) {
 	return gc(realHost{}, stateDir, runRoot)
 }
@@ -55,7 +71,10 @@ func gc(h host, stateDir, runRoot string) ([]string, error) {
 		return removed, err
 	}
 	runs, rerr := gcRuns(h, runRoot)
-	return append(removed, runs...), errors.Join(err, rerr)
+	removed = append(removed, runs...)
+	mkfs, _ := wsquota.FindMkfs() // none: every template goes
+	tmpl, terr := wsquota.GCTemplates(TemplatesDir(runRoot), mkfs)
+	return append(removed, tmpl...), errors.Join(err, rerr, terr)
 }
 
 // host is what GC does to the host and reads from it. GC uses realHost;

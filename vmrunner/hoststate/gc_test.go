@@ -3,6 +3,7 @@ package hoststate
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -257,5 +258,31 @@ func TestMountedBelow(t *testing.T) {
 	}
 	if got := mountedBelow([]mount{{Point: "/run/x/runs/ab"}}, "/run/x/runs/a"); got != "" {
 		t.Errorf("a sibling with a common prefix counted as below: %q", got)
+	}
+}
+
+// TestGCTemplatesBesideRuns: gc of STATEDIR/runs also clears the template
+// directory beside it (what goes is wsquota.GCTemplates's to decide; its
+// own tests cover that) and reports it.
+func TestGCTemplatesBesideRuns(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "runs")
+	tdir := filepath.Join(base, QuotaTemplates)
+	if TemplatesDir(root) != tdir || TemplatesDir(root+"/") != tdir {
+		t.Fatalf("TemplatesDir(%s) = %s, want %s", root, TemplatesDir(root), tdir)
+	}
+	if err := os.MkdirAll(tdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(tdir, fmt.Sprintf(".tmp-%d-x-y.img", deadPID(t)))
+	if err := os.WriteFile(dead, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := gc(&fakeHost{}, t.TempDir(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"template " + dead}; !reflect.DeepEqual(removed, want) {
+		t.Errorf("removed = %q, want %q", removed, want)
 	}
 }

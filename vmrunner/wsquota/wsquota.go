@@ -22,7 +22,9 @@
 // kernel's ext4: the kernel never parses an image the job wrote raw.
 //
 // Templates make mkfs.ext4 run once per kind of workspace (size, inodes,
-// owner) and give each Mount a sparse copy, which halves a quota's cost.
+// owner, mkfs version) for as long as their directory keeps them (the
+// state directory's, across runs), and give each Mount a sparse copy
+// checked against the template's digest.
 //
 // Every thing Mount creates is announced first through Spec.Before, so a
 // caller can list it in a state file for gc; the loop device is attached
@@ -199,17 +201,7 @@ func Mount(ctx context.Context, s Spec) (q *Quota, err error) {
 		return q, fmt.Errorf("size image: %w", err)
 	}
 	if s.Templates != nil {
-		tmpl, err := s.Templates.image(ctx, mkfs, s)
-		if err != nil {
-			return q, err
-		}
-		src, err := os.Open(tmpl)
-		if err != nil {
-			return q, fmt.Errorf("copy template: %w", err)
-		}
-		err = copySparse(f, src)
-		src.Close()
-		if err != nil {
+		if err := s.Templates.copyTo(ctx, mkfs, s, f); err != nil {
 			return q, err
 		}
 	} else {

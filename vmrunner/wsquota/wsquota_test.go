@@ -2,12 +2,16 @@ package wsquota
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -319,8 +323,8 @@ func TestRootTemplates(t *testing.T) {
 		})
 		qs = append(qs, q)
 	}
-	if ents, _ := os.ReadDir(tm.Dir); len(ents) != 1 {
-		t.Errorf("templates %v, want one for one kind of workspace", ents)
+	if ents, _ := os.ReadDir(tm.Dir); len(ents) != 2 {
+		t.Errorf("templates %v, want one for one kind of workspace and the lock", ents)
 	}
 	for i, q := range qs {
 		if ents, err := os.ReadDir(q.Dir); err != nil || len(ents) != 0 {
@@ -341,5 +345,203 @@ func TestRootTemplates(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(q.Dir, "mine")); err != nil || string(b) != fmt.Sprint(i) {
 			t.Errorf("workspace %d reads %q, %v: the copies are not separate", i, b, err)
 		}
+	}
+}
+
+// needMkfs skips t where the host has no mkfs.ext4 (a failure in CI).
+func needMkfs(t *testing.T) string {
+	t.Helper()
+	mkfs, err := FindMkfs()
+	if err != nil {
+		testtier.Skip(t, "pure", err.Error())
+	}
+	return mkfs
+}
+
+// sizedFile is a new file of size bytes, all holes.
+func sizedFile(t *testing.T, p string, size int64) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestTemplatesPersistAndConcurrent: ten users of one template directory
+// at once (ten processes' Templates, as ten applies sharing a state
+// directory) leave one whole template and no temporary file, each gets an
+// exact copy, and a later user makes nothing: the template outlives them.
+func TestTemplatesPersistAndConcurrent(t *testing.T) {
+	mkfs := needMkfs(t)
+	dir := t.TempDir()
+	tdir := filepath.Join(dir, "templates")
+	s := Spec{Bytes: 16 << 20, UID: 65534, GID: 65534}
+	const n = 10
+	errs := make([]error, n)
+	files := make([]*os.File, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		files[i] = sizedFile(t, filepath.Join(dir, fmt.Sprint("ws", i, ".img")), s.Bytes)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = (&Templates{Dir: tdir}).copyTo(context.Background(), mkfs, s, files[i])
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("copy %d: %v", i, err)
+		}
+	}
+	ents, err := os.ReadDir(tdir)
+	if err != nil || len(ents) != 2 || ents[1].Name() != LockFile || !strings.HasSuffix(ents[0].Name(), TemplateSuffix) {
+		t.Fatalf("template directory holds %v (%v), want one template and the lock", ents, err)
+	}
+	tmpl := filepath.Join(tdir, ents[0].Name())
+	want, err := dataDigest(mustOpen(t, tmpl), s.Bytes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range files {
+		if got, err := dataDigest(f, s.Bytes, nil); err != nil || got != want {
+			t.Errorf("copy %d differs from the template (%v)", i, err)
+		}
+	}
+	before, _ := os.Stat(tmpl)
+	f := sizedFile(t, filepath.Join(dir, "later.img"), s.Bytes)
+	if err := (&Templates{Dir: tdir}).copyTo(context.Background(), mkfs, s, f); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.Stat(tmpl); !os.SameFile(before, after) {
+		t.Error("a later user made the template again")
+	}
+}
+
+func mustOpen(t *testing.T, p string) *os.File {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// TestTornTemplateIsMadeAgain: a template whose data, size or trailer is
+// not what its trailer says is never copied; it is made again and the copy
+// is whole.
+func TestTornTemplateIsMadeAgain(t *testing.T) {
+	mkfs := needMkfs(t)
+	s := Spec{Bytes: 16 << 20, UID: 65534, GID: 65534}
+	for _, c := range []struct {
+		name string
+		tear func(t *testing.T, p string)
+	}{
+		{"data", func(t *testing.T, p string) {
+			f, err := os.OpenFile(p, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteAt([]byte("torn"), 1024+0x40); err != nil { // inside the superblock
+				t.Fatal(err)
+			}
+		}},
+		{"truncated", func(t *testing.T, p string) {
+			if err := os.Truncate(p, s.Bytes/2); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"no-trailer", func(t *testing.T, p string) {
+			if err := os.Truncate(p, s.Bytes); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"empty", func(t *testing.T, p string) {
+			if err := os.Truncate(p, 0); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tm := &Templates{Dir: filepath.Join(dir, "templates")}
+			if err := tm.copyTo(context.Background(), mkfs, s, sizedFile(t, filepath.Join(dir, "a.img"), s.Bytes)); err != nil {
+				t.Fatal(err)
+			}
+			k, err := key(mkfs, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(tm.Dir, k+TemplateSuffix)
+			c.tear(t, p)
+			f := sizedFile(t, filepath.Join(dir, "b.img"), s.Bytes)
+			if err := (&Templates{Dir: tm.Dir}).copyTo(context.Background(), mkfs, s, f); err != nil {
+				t.Fatal(err)
+			}
+			if err := copyTemplate(sizedFile(t, filepath.Join(dir, "c.img"), s.Bytes), p, s.Bytes); err != nil {
+				t.Errorf("the template was not made again: %v", err)
+			}
+			want, _ := dataDigest(mustOpen(t, p), s.Bytes, nil)
+			if got, err := dataDigest(f, s.Bytes, nil); err != nil || got != want {
+				t.Errorf("the copy is not the new template (%v)", err)
+			}
+		})
+	}
+}
+
+// TestGCTemplates: gc keeps whole templates of the host's mkfs and a
+// temporary file of a live process, and removes the rest.
+func TestGCTemplates(t *testing.T) {
+	mkfs := needMkfs(t)
+	id, err := MkfsID(mkfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	whole := func(name string, size int64) {
+		t.Helper()
+		tr := append([]byte(trailerMagic), make([]byte, 8+32)...)
+		binary.LittleEndian.PutUint64(tr[len(trailerMagic):], uint64(size))
+		f := sizedFile(t, filepath.Join(dir, name), size)
+		if _, err := f.WriteAt(tr, size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keep := []string{"4096-1024-1-1-" + id + ".img", fmt.Sprintf(".tmp-%d-abc-x.img", os.Getpid()), LockFile}
+	whole(keep[0], 4096)
+	sizedFile(t, filepath.Join(dir, keep[1]), 10)
+	sizedFile(t, filepath.Join(dir, keep[2]), 0)
+	gone := []string{"4096-1024-1-1-mkfs000000000000.img", "8192-1024-1-1-" + id + ".img", ".tmp-999999999-abc-x.img", "junk"}
+	whole(gone[0], 4096)
+	sizedFile(t, filepath.Join(dir, gone[1]), 8192) // no trailer
+	sizedFile(t, filepath.Join(dir, gone[2]), 10)
+	sizedFile(t, filepath.Join(dir, gone[3]), 10)
+	removed, err := GCTemplates(dir, mkfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, g := range gone {
+		want = append(want, "template "+filepath.Join(dir, g))
+	}
+	sort.Strings(want)
+	sort.Strings(removed)
+	if !slices.Equal(removed, want) {
+		t.Errorf("removed %q, want %q", removed, want)
+	}
+	for _, k := range keep {
+		if _, err := os.Stat(filepath.Join(dir, k)); err != nil {
+			t.Errorf("%s: %v", k, err)
+		}
+	}
+	if removed, err := GCTemplates(filepath.Join(dir, "none"), mkfs); err != nil || len(removed) != 0 {
+		t.Errorf("gc of a missing directory: %v, %v", removed, err)
 	}
 }
