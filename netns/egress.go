@@ -92,7 +92,7 @@ func (n *NS) SetupEgress(e Egress) error {
 	}
 	rs := egressRules(e, ifaces)
 	if err := n.installRules(rs); err != nil {
-		return fmt.Errorf("set up egress in netns %q: install nftables table %s: %w", n.name, EgressTable, err)
+		return fmt.Errorf("set up egress in netns %q: install nftables table %s: %w (the kernel needs nf_tables with the inet family, nat, redirect, conntrack and named counters: CONFIG_NF_TABLES_INET, CONFIG_NFT_NAT, CONFIG_NFT_REDIR, CONFIG_NFT_CT, or load nf_tables, nft_nat, nft_redir and nft_ct)", n.name, EgressTable, err)
 	}
 	return nil
 }
