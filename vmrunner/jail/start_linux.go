@@ -91,11 +91,17 @@ func (h Hello) check() error {
 	return nil
 }
 
+// encodedConfig is the childConfig as JSON, or why it could not be made.
+type encodedConfig struct {
+	b   []byte
+	err error
+}
+
 // Process is a started jail.
 type Process struct {
 	cmd     *exec.Cmd
-	init    string // the init binary's path
-	config  []byte
+	init    string             // the init binary's path
+	config  chan encodedConfig // from Start's encoder, read by Release
 	cfgW    *os.File
 	status  chan message // messages from the init, closed at EOF
 	done    chan struct{}
@@ -108,7 +114,8 @@ type Process struct {
 
 // Start starts the jail's init and holds it: it runs nothing until Release.
 // Place it in its cgroup (Pid) in between. The root is planned here, so a
-// bad configuration fails before any process exists.
+// bad configuration fails before any process exists; a seccomp profile
+// that does not compile fails Release.
 func Start(cfg Config) (*Process, error) {
 	if cfg.NetnsPath == "" {
 		return nil, errors.New("start jail: no network namespace given; a jail never shares the host's network")
@@ -138,15 +145,23 @@ func Start(cfg Config) (*Process, error) {
 		return nil, fmt.Errorf("start jail: %w", err)
 	}
 	cc := childConfig{RootDir: cfg.RootDir, Hostname: cfg.Hostname, Plan: plan, Exec: cfg.Exec, Rlimits: cfg.Rlimits.withDefaults()}
-	if !cfg.NoSeccomp {
-		if cc.Seccomp, err = program(cfg.Seccomp); err != nil {
-			return nil, fmt.Errorf("start jail: %w", err)
+	// The seccomp filter is compiled (once per profile in this process:
+	// 1-2 ms) and the config encoded while the init execs and its Go
+	// runtime starts, which it does before it can read them anyway.
+	config := make(chan encodedConfig, 1)
+	go func() {
+		var e encodedConfig
+		if !cfg.NoSeccomp {
+			if cc.Seccomp, e.err = program(cfg.Seccomp); e.err != nil {
+				config <- e
+				return
+			}
 		}
-	}
-	config, err := json.Marshal(cc)
-	if err != nil {
-		return nil, fmt.Errorf("start jail: encode config: %w", err)
-	}
+		if e.b, e.err = json.Marshal(cc); e.err != nil {
+			e.err = fmt.Errorf("encode config: %w", e.err)
+		}
+		config <- e
+	}()
 	netnsFile, err := os.Open(cfg.NetnsPath)
 	if err != nil {
 		return nil, fmt.Errorf("start jail: open network namespace: %w", err)
@@ -263,7 +278,14 @@ func (p *Process) Release() error {
 		<-p.done
 		return err
 	}
-	_, werr := p.cfgW.Write(p.config)
+	config := <-p.config
+	if config.err != nil {
+		p.cfgW.Close()
+		_ = p.Kill()
+		<-p.done
+		return fmt.Errorf("start jail: %w", config.err)
+	}
+	_, werr := p.cfgW.Write(config.b)
 	p.cfgW.Close()
 	m, ok := <-p.status
 	switch {
