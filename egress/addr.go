@@ -89,3 +89,9 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	}
 	return a
 }
+
+// ResolvConf is /etc/resolv.conf for a step with egress: the step's
+// resolver alone.
+func ResolvConf() string {
+	return "nameserver " + Gateway.String() + "\noptions timeout:2 attempts:2\n"
+}

@@ -84,6 +84,9 @@ type Options struct {
 	// LogLimit is the most the host keeps of each of a step's streams;
 	// 0 means DefaultLogLimit.
 	LogLimit int64
+	// Upstream is how steps' egress proxies reach the internet; the zero
+	// value is the host's own resolver and dialer.
+	Upstream Upstream
 }
 
 // Realised is what Nix produced for one step.
@@ -352,15 +355,26 @@ func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepRes
 	console := newLineWriter(r.logLimit(), func(line string) {
 		r.emit(Event{Time: time.Now(), Kind: EventLog, Step: step.Name, Line: line})
 	})
-	r.emit(Event{Time: time.Now(), Kind: EventStarted, Step: step.Name})
-	res, err := backend.Run(ctx, vmrunner.StepSpec{
+	spec := vmrunner.StepSpec{
 		RunID: r.runID, Step: step, Job: job,
 		Workspace: dirs.Workspace, ControlDir: dirs.Control,
 		ClosurePaths: storePaths(real.Closure), EnvPath: real.EnvPath, Runner: real.Runner,
 		Console: console, SeccompAllow: r.decision.SeccompAllowFor(step.Name),
-	})
+	}
+	gw, err := r.stepEgress(step)
+	if err != nil {
+		return vmrunner.StepResult{}, err
+	}
+	if gw != nil {
+		spec.Egress = gw
+	}
+	r.emit(Event{Time: time.Now(), Kind: EventStarted, Step: step.Name})
+	res, err := backend.Run(ctx, spec)
 	console.Flush()
 	if err != nil {
+		return res, err
+	}
+	if err := r.recordEgress(step, gw, r.decision.EgressDeny, sr); err != nil {
 		return res, err
 	}
 	if res.Seccomp != "" {

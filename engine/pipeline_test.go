@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -207,20 +208,52 @@ func TestRunInfrastructureErrorIsRecorded(t *testing.T) {
 	}
 }
 
-func TestRunRefusesEgress(t *testing.T) {
-	text := strings.Replace(pipelineYAML, "    resources: {timeout: 30s}\n", "    network: {allow: [\"10.1.2.3:443\"]}\n    resources: {timeout: 30s}\n", 1)
+// TestRunGivesEgressToTheStep: a namespace step with network.allow runs
+// with its gateway (the backend starts it in the step's namespace), and
+// its record names the step's rules, the policy's forbidden entries and
+// the audit log's blob; a vm step with egress is refused before anything
+// runs, never run open.
+func TestRunGivesEgressToTheStep(t *testing.T) {
+	text := strings.Replace(pipelineYAML, "    resources: {timeout: 30s}\n", "    network: {allow: [\"10.1.2.3:443\"]}\n    resources: {timeout: 30s, bandwidth: 8Mbit}\n", 1)
 	f := newFixture(t, text)
 	b := fakebackend.New()
 	o := f.options(t, b, nil)
-	// The default policy denies egress on a namespace step; with data
-	// that allows it, the run still refuses egress, which is not there yet.
-	o.Policy = policyWithData(t, `{"agentsandbox": {"allow_namespace_egress": true}}`)
-	_, err := Run(context.Background(), f.w, o)
-	if !errors.Is(err, vmrunner.ErrEgressUnsupported) || !strings.Contains(err.Error(), "not supported yet") {
-		t.Fatalf("err = %v", err)
+	o.Policy = policyWithData(t, `{"agentsandbox": {"egress_deny": ["169.254.0.0/16"]}}`)
+	res, err := Run(context.Background(), f.w, o)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(b.Runs()) != 0 {
-		t.Errorf("steps ran despite the refusal")
+	runs := b.Runs()
+	if len(runs) != 3 || runs[0].Step.Name != "count" || runs[0].Egress == nil {
+		t.Fatalf("the step with network.allow ran without its egress: %+v", runs)
+	}
+	for _, r := range runs[1:] {
+		if r.Egress != nil {
+			t.Errorf("step %q without network.allow got egress", r.Step.Name)
+		}
+	}
+	var count record.Step
+	for _, s := range res.Record.Steps {
+		if s.Name == "count" {
+			count = s
+		}
+	}
+	n := count.Network
+	if n == nil || fmt.Sprint(n.Allow) != "[10.1.2.3:443]" || fmt.Sprint(n.Deny) != "[169.254.0.0/16]" || n.Bandwidth != 1_000_000 {
+		t.Fatalf("step record's network = %+v", n)
+	}
+	if !f.store.HasBlob(n.Log) {
+		t.Errorf("the network log's blob %s is not in the store", n.Log)
+	}
+
+	vmStep := workflow.Step{Name: "fetch", Isolation: workflow.IsolationVM, Network: workflow.Network{Allow: []string{"example.com:443"}}}
+	err = refuse([]workflow.Step{vmStep}, Options{Backends: map[workflow.Isolation]vmrunner.Backend{workflow.IsolationVM: b}})
+	if !errors.Is(err, vmrunner.ErrEgressUnsupported) {
+		t.Fatalf("vm step with egress: err = %v, want ErrEgressUnsupported", err)
+	}
+	star := workflow.Step{Name: "open", Isolation: workflow.IsolationNamespace, Network: workflow.Network{Allow: []string{"*"}}}
+	if err := refuse([]workflow.Step{star}, Options{Backends: map[workflow.Isolation]vmrunner.Backend{workflow.IsolationNamespace: b}}); err == nil || !strings.Contains(err.Error(), "cannot be enforced") {
+		t.Fatalf(`namespace step with network.allow "*" (a policy that admits it): err = %v, want a refusal`, err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/egress"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/workflow"
@@ -89,15 +90,19 @@ func admit(ctx context.Context, o Options, plan *workflow.Workflow, emit func(Ev
 }
 
 // refuse stops, before anything is created, an admitted plan this host
-// cannot run. It is the one place that refuses network egress
-// (vmrunner.ErrEgressUnsupported): the allowlist is not implemented yet,
-// and a step must never get open network by accident. It comes after
-// admission, so that what the policy denies (egress on a namespace step,
-// open egress) is reported as a denial.
+// cannot run. It comes after admission, so that what the policy denies
+// (open egress, egress on a namespace step where a team requires vm) is
+// reported as a denial. Egress rules the proxy cannot enforce ("*", which
+// the default policy denies) are refused here, never opened.
 func refuse(steps []workflow.Step, o Options) error {
 	for _, s := range steps {
 		if s.Network.HasEgress() {
-			return fmt.Errorf("step %q: network.allow %q: %w", s.Name, s.Network.Allow, vmrunner.ErrEgressUnsupported)
+			if _, err := egress.NewRules(s.Network.Allow, nil); err != nil {
+				return fmt.Errorf("step %q: network.allow: %w", s.Name, err)
+			}
+			if s.Isolation == workflow.IsolationVM && !vmEgress {
+				return fmt.Errorf("step %q: network.allow %q: %w", s.Name, s.Network.Allow, vmrunner.ErrEgressUnsupported)
+			}
 		}
 		if s.Isolation == workflow.IsolationNamespace && len(s.Packages) > 0 && !o.Host.Nix {
 			return fmt.Errorf("step %q lists packages %q, which need Nix, and Nix is not installed: %w", s.Name, s.Packages, ErrNoNix)
@@ -108,3 +113,7 @@ func refuse(steps []workflow.Step, o Options) error {
 	}
 	return nil
 }
+
+// vmEgress says the vm backend runs steps with egress (its tap in the
+// step's room); until it does, such a step is refused, never run open.
+const vmEgress = false

@@ -61,6 +61,11 @@ type StepSpec struct {
 	// default seccomp filter, each one of seccomp.Relaxable (policy data
 	// agentsandbox.seccomp.allow; docs/policy.md). Namespace backend only.
 	SeccompAllow []string
+
+	// Egress, set when the step has network.allow, is started in the
+	// step's network namespace before the job runs and stopped after it
+	// ends. Without it the namespace holds only loopback.
+	Egress Egress
 }
 
 // Status is how a step ended.

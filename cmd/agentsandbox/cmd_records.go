@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -27,7 +28,8 @@ in Nix base32. IDs may be abbreviated to a unique prefix, like git's.` + exitSta
 		Example: `  agentsandbox records list
   agentsandbox records show 1b9x
   agentsandbox records verify 1b9x
-  agentsandbox records export 1b9x --to out/`,
+  agentsandbox records export 1b9x --to out/
+  agentsandbox records net 1b9x`,
 	}
 	cmd.PersistentFlags().StringVar(&opts.StateDir, "state-dir", "", "where records and blobs live (default $XDG_STATE_HOME/agentsandbox, /var/lib/agentsandbox for root)")
 	list := &cobra.Command{
@@ -67,10 +69,11 @@ anything differs.` + exitStatusHelp,
 	}
 	export.Flags().StringVar(&opts.To, "to", "", "directory to restore into (required)")
 	_ = export.MarkFlagRequired("to")
-	for _, c := range []*cobra.Command{list, show, verify, export} {
+	net := newRecordsNetCmd(stdio, &opts)
+	for _, c := range []*cobra.Command{list, show, verify, export, net} {
 		c.Args = wrapArgs(c.Args)
 	}
-	cmd.AddCommand(list, show, verify, export)
+	cmd.AddCommand(list, show, verify, export, net)
 	return cmd
 }
 
@@ -174,6 +177,13 @@ func runRecordsShow(_ context.Context, stdio Stdio, opts recordsOptions, args []
 		fmt.Fprintf(out, "  logs      stdout %s, stderr %s\n", st.Logs.Stdout, st.Logs.Stderr)
 		for _, o := range st.Outputs {
 			fmt.Fprintf(out, "  output    %s %s (%d bytes of NAR)\n", o.Path, o.NarHash, o.NarSize)
+		}
+		if n := st.Network; n != nil {
+			fmt.Fprintf(out, "  network   allow %s: %d connections allowed, %d denied, %d failed; %d DNS queries (%d NXDOMAIN); %d packets dropped; %s out, %s in\n",
+				strings.Join(n.Allow, ", "), n.Allowed, n.Denied, n.Failed, n.Queries, n.NXDomain, n.Dropped, humanBytes(n.BytesOut), humanBytes(n.BytesIn))
+			if n.Denied > 0 {
+				fmt.Fprintf(out, "            agentsandbox records net %s --step %s --denied   (what was blocked, and the entry that would allow it)\n", id, st.Name)
+			}
 		}
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
+	"github.com/agentsandbox/agentsandbox/netns"
 )
 
 // Config is one step's proxy.
@@ -32,8 +33,8 @@ type Config struct {
 	// address:port literal that Rules.CheckUpstream accepted. nil: a
 	// net.Dialer.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
-	// OriginalDst is where a redirected connection was going; nil: the
-	// socket's SO_ORIGINAL_DST (IPv4) or IP6T_SO_ORIGINAL_DST (IPv6).
+	// OriginalDst is where a redirected connection was going; nil:
+	// netns.OriginalDst (SO_ORIGINAL_DST, IP6T_SO_ORIGINAL_DST).
 	OriginalDst func(c net.Conn) (netip.AddrPort, error)
 	// Bandwidth is bytes per second, shared by all the step's
 	// connections, in each direction separately; 0 is unlimited.
@@ -102,7 +103,7 @@ func New(c Config) *Proxy {
 		c.Dial = d.DialContext
 	}
 	if c.OriginalDst == nil {
-		c.OriginalDst = originalDst
+		c.OriginalDst = netns.OriginalDst
 	}
 	if c.Log == nil {
 		c.Log = func(egress.Conn) {}

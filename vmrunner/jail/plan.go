@@ -26,6 +26,10 @@ type Config struct {
 	// NetnsPath names the network namespace the jail joins, such as
 	// /run/netns/NAME. It is required: a jail never shares the host's network.
 	NetnsPath string
+	// ResolvConf, when set, is the jail's /etc/resolv.conf (the step's own
+	// resolver, for a step with egress), and names are then looked up in
+	// DNS after /etc/hosts. Empty: no resolver at all.
+	ResolvConf string
 	// Workspace is bound read-write at /workspace.
 	Workspace string
 	// ControlDir is bound at guest.ControlMount; it should be root-owned
@@ -231,7 +235,7 @@ var (
 )
 
 // Generated /etc files: root and nobody only, files-only name service, no
-// resolver (a jail has no DNS until egress exists).
+// resolver unless the step has egress (Config.ResolvConf).
 const (
 	etcPasswd   = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 	etcGroup    = "root:x:0:\nnogroup:x:65534:\n"
@@ -368,6 +372,10 @@ func etc(cfg Config, host HostFS, hostUsr bool) []Mount {
 		{Op: OpFile, Target: "/etc/hosts", Data: etcHosts, Mode: 0o644},
 		{Op: OpFile, Target: "/etc/hostname", Data: cfg.Hostname + "\n", Mode: 0o644},
 		{Op: OpFile, Target: "/etc/nsswitch.conf", Data: etcNsswitch, Mode: 0o644}}
+	if cfg.ResolvConf != "" {
+		p[len(p)-1].Data = strings.Replace(etcNsswitch, "hosts: files\n", "hosts: files dns\n", 1)
+		p = append(p, Mount{Op: OpFile, Target: "/etc/resolv.conf", Data: cfg.ResolvConf, Mode: 0o644})
+	}
 	if hostUsr {
 		for _, e := range hostEtcBinds {
 			if _, err := host.Lstat(e); err == nil {

@@ -12,9 +12,11 @@
 // out — success, failure, timeout, setup error and a cancelled context — and
 // then the state file goes; hoststate.GC removes what a killed apply left.
 //
-// The package needs root. It opens no network beyond lo: the engine
-// refuses steps that ask for egress (vmrunner.ErrEgressUnsupported) before
-// any backend sees them.
+// The package needs root. A step without network.allow has lo alone. A
+// step with it (spec.Egress) gets the step's egress room in its namespace
+// before the jail starts: the firewall that sends every TCP connection to
+// the host's proxy, and the step's resolver in /etc/resolv.conf
+// (docs/network.md).
 package namespace
 
 import (
@@ -26,6 +28,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/egress"
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
@@ -170,13 +173,32 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	// job.json is the engine's: it wrote spec.Job there, and the record
 	// hashes those bytes, so the backend never rewrites it.
 
+	resolv := ""
+	if spec.Egress != nil {
+		room, ok := sb.NS.(vmrunner.EgressRoom)
+		if !ok {
+			return res, fmt.Errorf("the step's network namespace (%T) cannot hold egress", sb.NS)
+		}
+		if err := spec.Egress.Start(room, ""); err != nil {
+			return res, err
+		}
+		// Stopped when the job has ended and before Cleanup deletes the
+		// namespace (deferred calls run last first).
+		defer func() {
+			if serr := spec.Egress.Stop(); serr != nil {
+				err = errors.Join(err, serr)
+			}
+		}()
+		resolv = egress.ResolvConf()
+	}
+
 	filter, err := stepSeccomp(spec.SeccompAllow)
 	if err != nil {
 		return res, err
 	}
 	res.Seccomp = filter.DigestString()
 	cfg := jail.Config{
-		RootDir: root, Hostname: hostname(name),
+		RootDir: root, Hostname: hostname(name), ResolvConf: resolv,
 		Workspace: spec.Workspace, ControlDir: spec.ControlDir,
 		ClosurePaths: spec.ClosurePaths, EnvPath: spec.EnvPath,
 		TmpBytes: spec.Step.Resources.Disk, Console: spec.Console,
