@@ -181,7 +181,7 @@ func (g *Gateway) serve(fn func() error) {
 	g.serving.Add(1)
 	go func() {
 		defer g.serving.Done()
-		if err := fn(); err != nil && !errors.Is(err, net.ErrClosed) {
+		if err := fn(); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, proxy.ErrClosed) {
 			g.mu.Lock()
 			g.errs = append(g.errs, err)
 			g.mu.Unlock()
