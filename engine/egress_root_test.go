@@ -99,9 +99,9 @@ func TestEgressEndToEnd(t *testing.T) {
 		t.Errorf("allowed name: got %q", got)
 	}
 	for file, want := range map[string]string{
-		"wrong-port":   "403",
-		"direct-ip":    "403",
-		"metadata":     "502",
+		"wrong-port": "403",
+		"direct-ip":  "403",
+		"metadata":   "502",
 	} {
 		if got := read(file); !strings.Contains(got, want) {
 			t.Errorf("%s: got %q, want a %s answer from the proxy", file, got, want)
