@@ -499,13 +499,19 @@ func (s *session) copy(src, dst net.Conn, r io.Reader, w io.Writer, b *bucket, m
 		w = dst
 	}
 	idle := s.p.c.IdleTimeout
+	if b == nil && r == src && w == dst {
+		if err := s.splice(src, dst, mine, total, last, idle, srcName, dstName); err != errNoSplice {
+			return err
+		}
+	}
 	size := 32 << 10
 	if b != nil && b.chunk() < size {
 		size = b.chunk()
 	}
 	buf := make([]byte, size)
+	var rd, wd deadline
 	for {
-		_ = src.SetReadDeadline(time.Now().Add(idle))
+		rd.set(src.SetReadDeadline, idle)
 		n, err := r.Read(buf)
 		if n > 0 {
 			last.Store(time.Now().UnixNano())
@@ -514,7 +520,7 @@ func (s *session) copy(src, dst net.Conn, r io.Reader, w io.Writer, b *bucket, m
 					return werr
 				}
 			}
-			_ = dst.SetWriteDeadline(time.Now().Add(idle))
+			wd.set(dst.SetWriteDeadline, idle)
 			m, werr := w.Write(buf[:n])
 			mine.Add(int64(m))
 			total.Add(int64(m))
@@ -531,11 +537,77 @@ func (s *session) copy(src, dst net.Conn, r io.Reader, w io.Writer, b *bucket, m
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			if time.Since(time.Unix(0, last.Load())) < idle {
-				continue // the other direction is busy
+				rd = deadline{} // the other direction is busy: set it afresh
+				continue
 			}
 			return fmt.Errorf("%w: nothing moved either way for %s", errIdle, idle)
 		}
 		return &sideError{side: srcName, op: "read from", err: err}
+	}
+}
+
+// deadline sets a connection's idle deadline lazily: again only once
+// a sixteenth of the timeout has passed since the last time, instead of
+// on every read and write (each set is a timer update), so the deadline
+// is always between 15/16 and all of idle away.
+type deadline struct{ at time.Time }
+
+func (d *deadline) set(setter func(time.Time) error, idle time.Duration) {
+	now := time.Now()
+	if !d.at.IsZero() && now.Sub(d.at) < idle/16 {
+		return
+	}
+	d.at = now
+	_ = setter(now.Add(idle))
+}
+
+var errNoSplice = errors.New("no splice")
+
+// spliceChunk is the most one splice round moves between deadline
+// updates and counter updates.
+const spliceChunk = 4 << 20
+
+// splice moves bytes from one TCP connection to another without passing
+// through user space (the kernel's splice(2), through Go's
+// TCPConn.ReadFrom), for a connection with no bandwidth limit, in rounds
+// of spliceChunk so that counters and idle deadlines stay current. It
+// returns errNoSplice when either side is not a TCP connection.
+func (s *session) splice(src, dst net.Conn, mine, total, last *atomic.Int64, idle time.Duration, srcName, dstName string) error {
+	from, ok1 := src.(*net.TCPConn)
+	to, ok2 := dst.(*net.TCPConn)
+	if !ok1 || !ok2 {
+		return errNoSplice
+	}
+	for {
+		now := time.Now()
+		_ = from.SetReadDeadline(now.Add(idle))
+		_ = to.SetWriteDeadline(now.Add(idle))
+		lr := &io.LimitedReader{R: from, N: spliceChunk}
+		n, err := to.ReadFrom(lr)
+		if n > 0 {
+			mine.Add(n)
+			total.Add(n)
+			last.Store(time.Now().UnixNano())
+		}
+		switch {
+		case err == nil && lr.N > 0:
+			return nil // the end of src
+		case err == nil:
+			continue
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if time.Since(time.Unix(0, last.Load())) < idle {
+				continue
+			}
+			return fmt.Errorf("%w: nothing moved either way for %s", errIdle, idle)
+		default:
+			// ReadFrom does not say which side failed: a read error is
+			// the source's, anything else the destination's.
+			var op *net.OpError
+			if errors.As(err, &op) && op.Op == "read" {
+				return &sideError{side: srcName, op: "read from", err: err}
+			}
+			return &sideError{side: dstName, op: "write to", err: err}
+		}
 	}
 }
 
