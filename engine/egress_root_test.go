@@ -5,9 +5,11 @@ import (
 	"context"
 	"io"
 	"os"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/agentsandbox/agentsandbox/egress"
@@ -32,8 +34,9 @@ steps:
         - api.example.test:80
         - "*.example.test:443"
         - meta.example.test:80
-        - 198.51.100.0/24:8080
-    resources: {timeout: 60s, bandwidth: 80Mbit}
+        - loop.example.test:80
+        - 198.51.100.0/24:443
+    resources: {timeout: 60s, bandwidth: 8Mbit}
     outputs: [out]
     run: |
       exec bash -c '
@@ -50,7 +53,17 @@ steps:
       get nowhere.invalid 80 x nxdomain
       get 203.0.113.11 80 x direct-ip
       get meta.example.test 80 x metadata
+      get loop.example.test 80 x host-loopback
       get 127.0.0.1 15001 x proxy-itself
+      get 198.51.100.7 443 x cidr-allowed
+      get 198.51.100.7 80 x cidr-other-port
+      get 2001:db8::10 80 x ipv6
+      get api.example.test 80 bytes/2000000 big
+      for i in 1 2 3 4 5; do
+        label=x0tun$(head -c 24 /dev/urandom | od -An -tx1 | tr -d " \n")
+        getent ahosts "$label.tunnel.invalid" >> out/tunnel 2>&1 || echo "nxdomain" >> out/tunnel
+        getent ahosts "$label.example.test" >> out/tunnel-wildcard 2>&1 || true
+      done
       echo ping > /dev/udp/203.0.113.10/123 || true
       cat /etc/resolv.conf > out/resolv.conf
       exit 0'
@@ -72,7 +85,21 @@ func TestEgressEndToEnd(t *testing.T) {
 	stateDir := filepath.Join(f.dir, "host-state")
 	o := f.options(t, namespace.New(namespace.Options{StateDir: stateDir, JailDir: filepath.Join(f.dir, "jails")}), nil)
 	o.HostStateDir = stateDir
-	o.Upstream = Upstream{Resolve: in.Resolve, Dial: in.Dial}
+	// Every name the proxies resolve upstream is noted: nothing the job
+	// only looked up may reach the internet's resolvers. loop.example.test
+	// is a name whose upstream answer is the host's loopback.
+	var upstreamMu sync.Mutex
+	var upstreamNames []string
+	resolve := func(ctx context.Context, host string) ([]netip.Addr, error) {
+		upstreamMu.Lock()
+		upstreamNames = append(upstreamNames, host)
+		upstreamMu.Unlock()
+		if host == "loop.example.test" {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		}
+		return in.Resolve(ctx, host)
+	}
+	o.Upstream = Upstream{Resolve: resolve, Dial: in.Dial}
 	var res *Result
 	var warnings []string
 	o.Events = func(e Event) {
@@ -109,6 +136,19 @@ func TestEgressEndToEnd(t *testing.T) {
 	}
 	if got := read("nxdomain"); !strings.Contains(got, "connect failed") {
 		t.Errorf("a name the step may not reach resolved: %q", got)
+	}
+	if got := read("tunnel"); strings.Count(got, "nxdomain") != 5 {
+		t.Errorf("random names under a name not allowed resolved: %q", got)
+	}
+	upstreamMu.Lock()
+	for _, n := range upstreamNames {
+		if strings.HasPrefix(n, "x0tun") {
+			t.Errorf("a name the job only looked up reached the upstream resolver: %s", n)
+		}
+	}
+	upstreamMu.Unlock()
+	if got := read("big"); len(got) < 2_000_000 {
+		t.Errorf("the 2 MB download got %d bytes", len(got))
 	}
 	if got := read("resolv.conf"); got != egress.ResolvConf() {
 		t.Errorf("the jail's resolv.conf = %q, want %q", got, egress.ResolvConf())
@@ -147,9 +187,23 @@ func TestEgressEndToEnd(t *testing.T) {
 			drops = l.Drops
 		}
 	}
-	if len(allowed) != 1 || allowed[0].Name != "api.example.test" || allowed[0].NameSource != egress.FromDNS ||
+	// One line per attempt: ten TCP attempts (the NXDOMAIN one never
+	// connected).
+	if n := len(allowed) + len(denied); n != 10 {
+		t.Errorf("%d connection lines, want 10 (one per attempt):\n%s", n, raw)
+	}
+	if len(allowed) != 3 || allowed[0].Name != "api.example.test" || allowed[0].NameSource != egress.FromDNS ||
 		allowed[0].Rule != "api.example.test:80" || allowed[0].Upstream != "203.0.113.10:80" || allowed[0].BytesIn == 0 || allowed[0].BytesOut == 0 {
 		t.Errorf("allowed connections = %+v", allowed)
+	}
+	if c := allowed[1]; c.Rule != "198.51.100.0/24:443" || c.Upstream != "198.51.100.7:443" {
+		t.Errorf("the CIDR connection = %+v", c)
+	}
+	// resources.bandwidth 8Mbit is 1 MB/s through the proxy; the first
+	// eighth of a second's worth goes at once (the bucket's burst).
+	big := allowed[2]
+	if rate := float64(big.BytesIn) / (float64(big.DurationMS) / 1000); big.BytesIn < 2_000_000 || rate > 1.1e6 || rate < 0.9e6 {
+		t.Errorf("2 MB at 8Mbit: %d bytes in %d ms, %.0f B/s; want 1e6 ±10%%", big.BytesIn, big.DurationMS, rate)
 	}
 	hints := map[string]bool{}
 	var loop bool
@@ -160,7 +214,7 @@ func TestEgressEndToEnd(t *testing.T) {
 	if !loop {
 		t.Errorf("the job's direct connection to the proxy's own port is not a denied line: %+v", denied)
 	}
-	for _, h := range []string{"data.example.test:80", "203.0.113.11:80"} {
+	for _, h := range []string{"data.example.test:80", "203.0.113.11:80", "198.51.100.7:80", "[2001:db8::10]:80"} {
 		if !hints[h] {
 			t.Errorf("no denied connection hints %q: %+v", h, denied)
 		}
@@ -171,7 +225,7 @@ func TestEgressEndToEnd(t *testing.T) {
 	if drops == nil || drops.Packets == 0 {
 		t.Errorf("the firewall's drops (the UDP packet) are not in the log: %+v", drops)
 	}
-	if n.Allowed != 1 || n.Denied < 3 || n.Queries == 0 || n.Dropped == 0 {
+	if n.Allowed != 3 || n.Denied != 5 || n.Failed != 2 || n.Queries == 0 || n.Dropped == 0 {
 		t.Errorf("record counts = %+v", n)
 	}
 	if len(warnings) == 0 || !strings.Contains(strings.Join(warnings, "\n"), "network: denied") {

@@ -102,7 +102,14 @@ func testApplySIGINT(t *testing.T, isolation, flake string) {
 	dir := t.TempDir()
 	bin := buildCLI(t, dir)
 	wf := filepath.Join(dir, "sleep.yaml")
-	os.WriteFile(wf, []byte("apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: sleepy\nsteps:\n  - name: sleeper\n    run: echo job-running; sleep 300\n    resources: {timeout: 10m}\n"), 0o644)
+	// The namespace step has egress too, so that its room (firewall,
+	// resolver and proxy listeners in its namespace) is part of what must
+	// go. It connects nowhere.
+	net := ""
+	if isolation == "namespace" {
+		net = "    network: {allow: [\"api.example.test:443\"]}\n"
+	}
+	os.WriteFile(wf, []byte("apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: sleepy\nsteps:\n  - name: sleeper\n    run: echo job-running; sleep 300\n"+net+"    resources: {timeout: 10m, bandwidth: 8Mbit}\n"), 0o644)
 	state := filepath.Join(dir, "state")
 
 	args := []string{"apply", "--isolation", isolation, "--state-dir", state}

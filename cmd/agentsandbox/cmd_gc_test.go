@@ -19,7 +19,7 @@ func TestGCAfterSIGKILLWithStateDir(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildCLI(t, dir)
 	wf := filepath.Join(dir, "killed.yaml")
-	os.WriteFile(wf, []byte("apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: killed\nsteps:\n  - name: gckilled\n    run: echo job-running; sleep 300\n    resources: {timeout: 10m}\n"), 0o644)
+	os.WriteFile(wf, []byte("apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: killed\nsteps:\n  - name: gckilled\n    run: echo job-running; sleep 300\n    network: {allow: [\"api.example.test:443\"]}\n    resources: {timeout: 10m, bandwidth: 8Mbit}\n"), 0o644)
 	state := filepath.Join(dir, "custom-state")
 	a := startApply(t, bin, "apply", "--isolation", "namespace", "--state-dir", state, wf)
 	a.waitFor(t, "[gckilled] job-running", time.Minute)
