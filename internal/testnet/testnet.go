@@ -21,6 +21,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -108,7 +109,10 @@ func New(t testing.TB) *Internet {
 	}
 	in := &Internet{NS: ns, RootCAs: pool}
 
-	srv := &http.Server{Handler: http.HandlerFunc(in.serve), ReadHeaderTimeout: 10 * time.Second}
+	// Handshake errors (a test sending plain HTTP to the TLS port on
+	// purpose) belong to the test's log, not the process's stderr.
+	srv := &http.Server{Handler: http.HandlerFunc(in.serve), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: log.New(testLogWriter{t}, "testnet: ", 0)}
 	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
 	plain, err := ns.Listen("tcp", ":"+strconv.Itoa(HTTPPort))
 	if err != nil {
@@ -283,4 +287,12 @@ func (in *Internet) Client() *http.Client {
 		},
 		Timeout: 10 * time.Second,
 	}
+}
+
+// testLogWriter sends a server's error log to the test's log.
+type testLogWriter struct{ t testing.TB }
+
+func (w testLogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }
