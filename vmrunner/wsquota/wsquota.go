@@ -62,11 +62,16 @@ const FSType = "ext4"
 
 // MountFlags and MountData are how the workspace filesystem is mounted:
 // no device files and no set-uid (jobs run scripts from the workspace, so
-// exec stays), and no background zeroing of inode tables (the image is
-// sparse: they read as zeros already, and zeroing would write them out).
+// exec stays), no background zeroing of inode tables (the image is
+// sparse: they read as zeros already, and zeroing would write them out),
+// and no cache flushes (nobarrier): the filesystem is scratch, read by the
+// host through the mount and deleted with its image after the step, so
+// nothing needs it on the disk, and each flush became an fsync of the
+// image on the host's filesystem (mount 1.5-2.8 ms and unmount 2.0-2.2 ms
+// before, 1.0 and 0.8-1.0 ms after, medians of 30, strace -T).
 const (
 	MountFlags = unix.MS_NODEV | unix.MS_NOSUID
-	MountData  = "noinit_itable"
+	MountData  = "noinit_itable,nobarrier"
 )
 
 // ErrNoMkfs and ErrNoLoop mark a host that lacks what the quota needs.
