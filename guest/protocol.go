@@ -64,6 +64,10 @@ type Job struct {
 	// TimeoutMS, when positive, is enforced by the agent too; the host keeps
 	// its own, longer deadline for a guest that stops answering.
 	TimeoutMS int64 `json:"timeoutMs"`
+	// Session asks for a long-lived sandbox instead of one command:
+	// Command is empty, and the agent serves commands on SessionSocket
+	// until it is stopped (session.go).
+	Session bool `json:"session,omitempty"`
 }
 
 // Result is result.json: how the job ended.
@@ -128,7 +132,10 @@ func (j Job) Validate() error {
 	if j.Version != ProtocolVersion {
 		return fmt.Errorf("protocol version %d, this agent speaks version %d: use an agent built from the same agentsandbox release as the host", j.Version, ProtocolVersion)
 	}
-	if len(j.Command) == 0 || j.Command[0] == "" {
+	switch {
+	case j.Session && len(j.Command) > 0:
+		return errors.New("a session job has no command: commands arrive on the session socket")
+	case !j.Session && (len(j.Command) == 0 || j.Command[0] == ""):
 		return errors.New("command is empty")
 	}
 	for _, a := range j.Command {
