@@ -1,0 +1,272 @@
+// Package sandboxes is what `agentsandbox serve` offers agents: long-lived
+// sandboxes to run commands in, read and write files in, and kill, under
+// policy, with every action appended to the sandbox's execution record.
+//
+// This file is the contract between the server (package server: REST and
+// MCP) and the Manager that runs the sandboxes; both sides and the
+// clients (clients/python, clients/js, the sandbox CLI commands) speak
+// these types as JSON. Durations are Go duration strings ("10m"), times
+// RFC 3339, bytes of files are sent raw (not in JSON), and command output
+// is text when it is valid UTF-8, base64 otherwise.
+package sandboxes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Spec is what a sandbox is created from: the fields of a workflow step
+// (isolation, packages, resources with the workflow's units, network,
+// env), or a step of a workflow file used as a template ("FILE#STEP"), and
+// its lifetime and labels.
+type Spec struct {
+	// Template names a workflow step, "path/to/workflow.yaml#step"; the
+	// fields below, when set, override the step's.
+	Template  string            `json:"template,omitempty"`
+	Isolation string            `json:"isolation,omitempty"` // namespace (default), vm or auto
+	Packages  []string          `json:"packages,omitempty"`
+	Resources map[string]any    `json:"resources,omitempty"` // as in a workflow: {"memory": "1GiB", "vcpu": 2, "timeout": "1h", ...}
+	Network   *Network          `json:"network,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	// TTL ends the sandbox this long after its creation (default 1h);
+	// IdleTimeout ends it after this long without an exec or file action
+	// (default 15m). Both can be extended (Extend).
+	TTL         Duration          `json:"ttl,omitempty"`
+	IdleTimeout Duration          `json:"idleTimeout,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+}
+
+// Network is a step's network: the hosts, *.domains and CIDR:ports it may
+// reach (docs/network.md).
+type Network struct {
+	Allow []string `json:"allow"`
+}
+
+// State of a sandbox.
+type State string
+
+const (
+	StateRunning State = "running"
+	StateStopped State = "stopped" // killed, expired, or its sandbox ended; the record is closed
+)
+
+// Info is a sandbox as the server shows it.
+type Info struct {
+	ID          string            `json:"id"`
+	State       State             `json:"state"`
+	Isolation   string            `json:"isolation"`
+	Labels      map[string]string `json:"labels"`
+	Created     time.Time         `json:"created"`
+	ExpiresAt   time.Time         `json:"expiresAt"`
+	IdleTimeout Duration          `json:"idleTimeout"`
+	LastActive  time.Time         `json:"lastActive"`
+	// Step is the canonical workflow step the sandbox runs (the spec
+	// parsed and defaulted), as JSON.
+	Step any `json:"step"`
+	// Usage is live from the sandbox's cgroup and its egress proxy.
+	Usage Usage `json:"usage"`
+	// Record is the sandbox's execution record once it is closed.
+	Record string `json:"record,omitempty"`
+	// Ended says why a stopped sandbox stopped: "killed", "expired",
+	// "idle", "exited: ..." or "server stopped".
+	Ended string `json:"ended,omitempty"`
+}
+
+// Usage is what a sandbox has used so far.
+type Usage struct {
+	CPUTimeNs       int64 `json:"cpuTimeNs"`
+	MemoryBytes     int64 `json:"memoryBytes"`
+	PeakMemoryBytes int64 `json:"peakMemoryBytes"`
+	Pids            int64 `json:"pids"`
+	BytesOut        int64 `json:"bytesOut"` // through the egress proxy
+	BytesIn         int64 `json:"bytesIn"`
+}
+
+// ExecRequest is one command to run in a sandbox. Exactly one of Argv and
+// Shell is set: Argv is run as is (Argv[0] looked up in PATH), Shell with
+// /bin/sh -c.
+type ExecRequest struct {
+	Argv  []string          `json:"argv,omitempty"`
+	Shell string            `json:"shell,omitempty"`
+	Cwd   string            `json:"cwd,omitempty"` // relative to /workspace, or absolute in the sandbox
+	Env   map[string]string `json:"env,omitempty"` // over the sandbox's env
+	// Timeout kills the command (its whole process group) after this
+	// long; 0 is the sandbox's own timeout.
+	Timeout Duration `json:"timeout,omitempty"`
+	// Stdin is given to the command whole, then closed; without it the
+	// command reads /dev/null.
+	Stdin *string `json:"stdin,omitempty"`
+	// Background returns at once with the exec's id; its output is kept
+	// (bounded) to be read later, waited for, signalled or reattached.
+	Background bool `json:"background,omitempty"`
+}
+
+// Event types of an exec's stream.
+const (
+	EventStarted = "started"
+	EventStdout  = "stdout"
+	EventStderr  = "stderr"
+	EventExit    = "exit"
+	EventError   = "error" // the command could not start; no exit follows
+)
+
+// ExecEvent is one event of an exec's output stream (NDJSON on the wire).
+type ExecEvent struct {
+	Type   string    `json:"type"`
+	ExecID string    `json:"execId"`
+	Time   time.Time `json:"time"`
+	// stdout, stderr: Offset is where Text (or Base64, for bytes that are
+	// not UTF-8) starts in that stream.
+	Offset int64  `json:"offset,omitempty"`
+	Text   string `json:"text,omitempty"`
+	Base64 []byte `json:"base64,omitempty"`
+	// exit.
+	Exit *ExitStatus `json:"exit,omitempty"`
+	// error.
+	Error string `json:"error,omitempty"`
+}
+
+// ExitStatus is how a command ended. A non-zero exit is data, not an
+// error.
+type ExitStatus struct {
+	ExitCode   int    `json:"exitCode"`
+	Signal     string `json:"signal,omitempty"`
+	TimedOut   bool   `json:"timedOut,omitempty"`
+	DurationMS int64  `json:"durationMs"`
+	CPUTimeNs  int64  `json:"cpuTimeNs"`
+	MaxRSS     int64  `json:"maxRssBytes"`
+}
+
+// ExecInfo is an exec as the server keeps it (background or finished).
+type ExecInfo struct {
+	ID      string      `json:"id"`
+	Sandbox string      `json:"sandbox"`
+	Request ExecRequest `json:"request"`
+	Started time.Time   `json:"started"`
+	Running bool        `json:"running"`
+	Exit    *ExitStatus `json:"exit,omitempty"`
+	// StdoutBytes and StderrBytes count all the output so far; the server
+	// keeps the last MaxKeptOutput bytes of each.
+	StdoutBytes int64 `json:"stdoutBytes"`
+	StderrBytes int64 `json:"stderrBytes"`
+}
+
+// MaxKeptOutput is how much of each stream of a background exec the server
+// keeps for reading later.
+const MaxKeptOutput = 4 << 20
+
+// FileInfo describes one file or directory in a sandbox's workspace.
+type FileInfo struct {
+	Path    string    `json:"path"` // workspace-relative, slash-separated
+	Type    string    `json:"type"` // "file", "dir", "symlink" or "other"
+	Size    int64     `json:"size"`
+	Mode    string    `json:"mode"` // octal permission bits, such as "0644"
+	ModTime time.Time `json:"modTime"`
+	// SHA256 is set for a file just written (Put).
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// MaxFileBytes bounds one file put or got through the API.
+const MaxFileBytes = 256 << 20
+
+// Manager runs sandboxes. The server calls it; every method is safe for
+// concurrent use. Errors are *Error (or wrap one) so that the server can
+// answer with the right status and code.
+type Manager interface {
+	Create(ctx context.Context, s Spec) (Info, error)
+	Get(ctx context.Context, id string) (Info, error)
+	// List returns the sandboxes whose labels include every given label.
+	List(ctx context.Context, labels map[string]string) ([]Info, error)
+	// Extend moves the sandbox's expiry to now+ttl and sets its idle
+	// timeout, when those are non-zero.
+	Extend(ctx context.Context, id string, ttl, idle time.Duration) (Info, error)
+	// Kill stops the sandbox and closes its record.
+	Kill(ctx context.Context, id string) (Info, error)
+
+	// Exec runs a command. In the foreground it calls emit for each event
+	// in order until the exit (or an error event) and returns the exec's
+	// info; a failing emit (the client went away) kills the command.
+	// With Background it returns as soon as the command has started.
+	Exec(ctx context.Context, id string, r ExecRequest, emit func(ExecEvent) error) (ExecInfo, error)
+	GetExec(ctx context.Context, id, execID string) (ExecInfo, error)
+	// Output replays a background exec's kept output from the given
+	// offsets, then (follow) its further events until the exit.
+	Output(ctx context.Context, id, execID string, stdoutFrom, stderrFrom int64, follow bool, emit func(ExecEvent) error) error
+	Signal(ctx context.Context, id, execID, signal string) error
+
+	PutFile(ctx context.Context, id, path string, r io.Reader, mode uint32) (FileInfo, error)
+	// GetFile writes the file to w, at most MaxFileBytes.
+	GetFile(ctx context.Context, id, path string, w io.Writer) (FileInfo, error)
+	Stat(ctx context.Context, id, path string) (FileInfo, error)
+	ListFiles(ctx context.Context, id, dir string) ([]FileInfo, error)
+	RemoveFile(ctx context.Context, id, path string, recursive bool) error
+
+	// Close stops every sandbox (the server is shutting down).
+	Close(ctx context.Context) error
+}
+
+// Code is an error's stable, machine-readable kind.
+type Code string
+
+const (
+	CodeBadRequest Code = "bad_request"       // 400
+	CodeNotFound   Code = "not_found"         // 404
+	CodeConflict   Code = "conflict"          // 409: the sandbox is stopped, the path is a directory, ...
+	CodeTooLarge   Code = "too_large"         // 413
+	CodeDenied     Code = "policy_denied"     // 403: the policy refused the action
+	CodeLimit      Code = "limit_exceeded"    // 429: too many sandboxes or requests
+	CodeInternal   Code = "internal"          // 500: the host failed; the message says what
+	CodeAuth       Code = "unauthorized"      // 401
+	CodeStopped    Code = "server_stopping"   // 503
+	CodeUnsupport  Code = "not_supported_yet" // 501: a part of the API this server does not offer yet
+)
+
+// Error is a failure with a stable code and a message a person can act on.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+	// Decision is the policy decision id when the policy refused.
+	Decision string `json:"decision,omitempty"`
+	Err      error  `json:"-"`
+}
+
+func (e *Error) Error() string { return e.Message }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf makes an *Error.
+func Errorf(code Code, format string, a ...any) *Error {
+	err := fmt.Errorf(format, a...)
+	return &Error{Code: code, Message: err.Error(), Err: errors.Unwrap(err)}
+}
+
+// CodeOf is err's code: CodeInternal for an error that is not an *Error.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// Duration is a time.Duration that is a Go duration string in JSON.
+type Duration time.Duration
+
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("duration %q: want a number with a unit, such as \"90s\", \"10m\" or \"1h\"", b)
+	}
+	if v < 0 {
+		return fmt.Errorf("duration %q is negative", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// D is d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
