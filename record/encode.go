@@ -184,6 +184,19 @@ func normalize(r *Record) *Record {
 		n.Steps[i] = s
 	}
 	slices.SortStableFunc(n.Steps, func(a, b Step) int { return strings.Compare(a.Name, b.Name) })
+	if r.Sandbox != nil {
+		sb := *r.Sandbox
+		sb.Labels = maps.Clone(sb.Labels)
+		sb.Entries = slices.Clone(sb.Entries)
+		if sb.Entries == nil {
+			sb.Entries = []Entry{}
+		}
+		for i := range sb.Entries {
+			sb.Entries[i].Time = canonTime(sb.Entries[i].Time)
+		}
+		slices.SortStableFunc(sb.Entries, func(a, b Entry) int { return a.Seq - b.Seq })
+		n.Sandbox = &sb
+	}
 	return &n
 }
 

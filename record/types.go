@@ -38,6 +38,75 @@ type Record struct {
 	Parent *ID     `json:"parent,omitempty"`
 	Inputs []Input `json:"inputs"`
 	Steps  []Step  `json:"steps"`
+	// Sandbox is set for the record of a long-lived sandbox (agentsandbox
+	// serve) instead of an apply: its one step is the sandbox itself, and
+	// every action taken in it is an entry.
+	Sandbox *Sandbox `json:"sandbox,omitempty"`
+}
+
+// Sandbox is what happened in a long-lived sandbox, in order.
+type Sandbox struct {
+	ID     string            `json:"id"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// Ended says why it stopped: killed, expired, idle, exited, server
+	// stopped.
+	Ended   string  `json:"ended"`
+	Entries []Entry `json:"entries"`
+}
+
+// Entry is one action in a sandbox. Its content (command, env names,
+// cwd, exit, usage, output digests, the policy decision; or the path and
+// digest of a file written) is the blob Digest, canonical JSON, so each
+// entry is content-addressed on its own (docs/records.md).
+type Entry struct {
+	Seq    int       `json:"seq"`
+	Time   time.Time `json:"time"`
+	Kind   string    `json:"kind"` // exec, file_put, file_remove, snapshot, restore
+	Digest Digest    `json:"digest"`
+	// Summary is a one-line description for people (records show).
+	Summary string `json:"summary"`
+}
+
+// Action is the content of an Entry's blob.
+type Action struct {
+	Kind string    `json:"kind"`
+	Time time.Time `json:"time"`
+	// exec: what ran (the environment's names only, never its values),
+	// how it ended, and its output streams as blobs (each kept up to the
+	// host's log limit, like a step's logs).
+	Command    []string `json:"command,omitempty"`
+	Cwd        string   `json:"cwd,omitempty"`
+	EnvNames   []string `json:"envNames,omitempty"`
+	Background bool     `json:"background,omitempty"`
+	ExitCode   *int     `json:"exitCode,omitempty"`
+	Signal     string   `json:"signal,omitempty"`
+	TimedOut   bool     `json:"timedOut,omitempty"`
+	DurationMS int64    `json:"durationMs,omitempty"`
+	CPUTimeNs  int64    `json:"cpuTimeNs,omitempty"`
+	MaxRSS     int64    `json:"maxRssBytes,omitempty"`
+	Stdout     *Digest  `json:"stdout,omitempty"`
+	Stderr     *Digest  `json:"stderr,omitempty"`
+	// Error is why the command could not run.
+	Error string `json:"error,omitempty"`
+	// file_put, file_remove: the workspace path, and for a put the blob
+	// of the bytes written.
+	Path string  `json:"path,omitempty"`
+	File *Digest `json:"file,omitempty"`
+	Size int64   `json:"size,omitempty"`
+	// Decision is the policy decision that admitted the action, if one
+	// was evaluated.
+	Decision string `json:"decision,omitempty"`
+}
+
+// Blobs are the blobs an action names.
+func (a Action) Blobs() map[string]Digest {
+	out := map[string]Digest{}
+	for name, d := range map[string]*Digest{"stdout": a.Stdout, "stderr": a.Stderr, "file": a.File} {
+		if d != nil {
+			out[name] = *d
+		}
+	}
+	return out
 }
 
 // Workflow pins the workflow file. FileDigest is the sha256 of the file's

@@ -1,8 +1,10 @@
 package record
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -69,6 +71,23 @@ func (s *Store) Verify(id ID) ([]Problem, error) {
 			check(pre+"network log", st.Network.Log, st.Network.Log.String())
 		}
 	}
+	if r.Sandbox != nil {
+		for _, e := range r.Sandbox.Entries {
+			what := fmt.Sprintf("sandbox entry %d (%s)", e.Seq, e.Kind)
+			check(what, e.Digest, e.Digest.String())
+			if checked[e.Digest] != nil {
+				continue
+			}
+			a, err := s.Action(e.Digest)
+			if err != nil {
+				problems = append(problems, Problem{What: what, Digest: e.Digest.String(), Path: s.BlobPath(e.Digest), Err: err})
+				continue
+			}
+			for name, d := range a.Blobs() {
+				check(what+" "+name, d, d.String())
+			}
+		}
+	}
 	return problems, nil
 }
 
@@ -100,4 +119,29 @@ func (s *Store) Export(id ID, dir string) ([]string, error) {
 		}
 	}
 	return done, nil
+}
+
+// Action reads a sandbox entry's content from its blob, verified.
+func (s *Store) Action(d Digest) (*Action, error) {
+	rc, err := s.OpenBlob(d)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	const max = 1 << 20 // actions are a few hundred bytes
+	b, err := io.ReadAll(io.LimitReader(rc, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > max {
+		return nil, fmt.Errorf("sandbox entry %s: over %d bytes, not an action", d, max)
+	}
+	if _, err := io.Copy(io.Discard, rc); err != nil { // the hash check at the end
+		return nil, err
+	}
+	var a Action
+	if err := json.Unmarshal(b, &a); err != nil {
+		return nil, fmt.Errorf("sandbox entry %s: %w", d, err)
+	}
+	return &a, nil
 }
