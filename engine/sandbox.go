@@ -1,0 +1,229 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/egress/gateway"
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
+	"github.com/agentsandbox/agentsandbox/policy"
+	"github.com/agentsandbox/agentsandbox/record"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+// Sandbox is a long-lived sandbox (agentsandbox serve): a workflow's one
+// step, set up exactly as Run sets up a step (isolation resolved, the
+// policy's admission, Nix realisation, inputs, workspace quota, egress),
+// whose agent then serves commands until Close.
+type Sandbox struct {
+	ID   string
+	Step workflow.Step // isolation resolved
+	// Decision is the policy's admission of the sandbox.
+	Decision *policy.Decision
+	// Workspace is the host directory mounted at /workspace: the files
+	// API reads and writes it beneath its root (internal/jobfs).
+	Workspace string
+	Session   vmrunner.Session
+
+	run     *run
+	rec     *record.Record
+	sr      *record.Step
+	gw      *gateway.Gateway
+	started time.Time
+
+	closeOnce sync.Once
+	closeErr  error
+	closeID   record.ID
+}
+
+// OpenSandbox opens a sandbox for the one step of w under id (which names
+// its directories, netns and cgroup like a run id). The step's backend
+// must hold sessions (vmrunner.SessionBackend).
+func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options) (sb *Sandbox, err error) {
+	if len(w.Steps) != 1 {
+		return nil, fmt.Errorf("a sandbox is one step; the workflow has %d", len(w.Steps))
+	}
+	emit := o.Events
+	if emit == nil {
+		emit = func(Event) {}
+	}
+	started := time.Now().UTC()
+	plan, err := Resolve(w, o.Isolation, o.Host.Policy())
+	if err != nil {
+		return nil, err
+	}
+	decision, err := admit(ctx, o, plan, emit)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSeccompAllow(decision); err != nil {
+		return nil, err
+	}
+	if err := refuse(plan.Steps, o); err != nil {
+		return nil, err
+	}
+	step := plan.Steps[0]
+	backend, ok := o.Backends[step.Isolation].(vmrunner.SessionBackend)
+	if !ok {
+		return nil, fmt.Errorf("%s sandboxes cannot be held open on this host yet: use isolation namespace for a long-lived sandbox", step.Isolation)
+	}
+	runDir := filepath.Join(o.RunRoot, id)
+	if err := os.MkdirAll(runDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create sandbox directory: %w", err)
+	}
+	quotas := newQuotas(o.HostStateDir, id, runDir)
+	if err := hoststate.WriteOwner(runDir, id); err != nil {
+		return nil, errors.Join(fmt.Errorf("create sandbox directory: %w", err), quotas.removeRunDir(runDir))
+	}
+	r := &run{o: o, w: w, emit: emit, runID: id, runDir: runDir, steps: plan.Steps, decision: decision, quotas: quotas,
+		realised: map[string]Realised{}, inputDirs: map[string]string{}}
+	rec := &record.Record{
+		Version: record.Version, ToolVersion: o.ToolVersion, Host: o.Host.Record(),
+		Started: started, Policy: policyRecord(decision),
+	}
+	sb = &Sandbox{ID: id, Step: step, Decision: decision, run: r, rec: rec, started: started}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, sb.release())
+		}
+	}()
+	if err := r.pinWorkflow(rec); err != nil {
+		return nil, err
+	}
+	if err := r.prepare(ctx, rec); err != nil {
+		return nil, err
+	}
+	dirs, err := newStepDirs(runDir, step.Name)
+	if err != nil {
+		return nil, err
+	}
+	sb.Workspace = dirs.Workspace
+	if err := quotas.mount(ctx, step, dirs.Workspace); err != nil {
+		return nil, err
+	}
+	inputs := map[string]workflow.Input{}
+	for _, in := range w.Inputs {
+		inputs[in.Name] = in
+	}
+	digests := map[string]record.Digest{}
+	for name, ri := range r.inputs {
+		digests["input:"+name] = ri.Digest
+	}
+	ps, err := placements(step, r.inputDirs, inputs, map[string]workflow.Step{step.Name: step}, digests)
+	if err != nil {
+		return nil, err
+	}
+	real := r.realised[step.Name]
+	job := jobFor(step, real.EnvPath)
+	job.Session, job.Command, job.TimeoutMS = true, nil, 0
+	if err := assemble(o.Store, dirs.Workspace, ps, job.UID, job.GID); err != nil {
+		return nil, err
+	}
+	sr := &record.Step{Name: step.Name, Isolation: string(step.Isolation), Closure: real.Closure, Environment: real.Environment, Inputs: map[string]record.Digest{}}
+	for _, p := range ps {
+		sr.Inputs[p.To] = p.Digest
+	}
+	if len(real.Closure) == 0 {
+		fp, err := hostRootFingerprint()
+		if err != nil {
+			return nil, err
+		}
+		sr.HostRoot = &fp
+	}
+	jobBytes, err := encodeJob(job)
+	if err != nil {
+		return nil, err
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dirs.Control, guest.JobFile), jobBytes, 0o600); err != nil {
+		return nil, fmt.Errorf("write job: %w", err)
+	}
+	if sr.JobDigest, _, err = o.Store.PutBlob(bytesReader(jobBytes)); err != nil {
+		return nil, fmt.Errorf("store job: %w", err)
+	}
+	sb.sr = sr
+	spec := vmrunner.StepSpec{
+		RunID: id, Step: step, Job: job,
+		Workspace: dirs.Workspace, ControlDir: dirs.Control,
+		ClosurePaths: storePaths(real.Closure), EnvPath: real.EnvPath, Runner: real.Runner,
+		SeccompAllow: decision.SeccompAllowFor(step.Name),
+	}
+	if sb.gw, err = r.stepEgress(step); err != nil {
+		return nil, err
+	}
+	if sb.gw != nil {
+		spec.Egress = sb.gw
+	}
+	sess, err := backend.OpenSession(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	sb.Session = sess
+	return sb, nil
+}
+
+// Env is the environment every command of the sandbox starts from (the
+// step's job environment), KEY=VALUE.
+func (sb *Sandbox) Env() []string { return jobFor(sb.Step, sb.run.realised[sb.Step.Name].EnvPath).Env }
+
+// Gateway is the sandbox's egress, nil without network.allow.
+func (sb *Sandbox) Gateway() *gateway.Gateway { return sb.gw }
+
+// Store is the blob store the sandbox's record goes to.
+func (sb *Sandbox) Store() *record.Store { return sb.run.o.Store }
+
+// Close stops the sandbox, removes everything it held, and writes its
+// record: the step with its usage and network log, and the entries of
+// what was done in it. ended says why ("killed", "expired", ...). It runs
+// once; later calls return the first result.
+func (sb *Sandbox) Close(ctx context.Context, ended string, labels map[string]string, entries []record.Entry) (record.ID, error) {
+	sb.closeOnce.Do(func() {
+		sb.closeID, sb.closeErr = sb.close(ctx, ended, labels, entries)
+	})
+	return sb.closeID, sb.closeErr
+}
+
+func (sb *Sandbox) close(ctx context.Context, ended string, labels map[string]string, entries []record.Entry) (record.ID, error) {
+	var errs []error
+	sr := sb.sr
+	if sb.Session != nil {
+		if u, err := sb.Session.Usage(); err == nil {
+			sr.Usage = record.Usage{PeakMemoryBytes: u.PeakMemoryBytes, CPUTimeNs: u.CPUTime.Nanoseconds(),
+				PidsPeak: u.PidsPeak, OOMKills: u.OOMKills, ThrottledNs: u.ThrottledTime.Nanoseconds()}
+		}
+		if err := sb.Session.Stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	sr.Started, sr.Finished = sb.started, time.Now().UTC()
+	sr.Status, sr.ExitCode, sr.Detail = record.StatusSucceeded, 0, "sandbox "+ended
+	if err := sb.run.recordEgress(sb.Step, sb.gw, sb.Decision.EgressDeny, sr); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, sb.release())
+	rec := sb.rec
+	rec.Steps = []record.Step{*sr}
+	rec.Sandbox = &record.Sandbox{ID: sb.ID, Labels: labels, Ended: ended, Entries: entries}
+	rec.Finished = time.Now().UTC()
+	rec.Status = record.StatusSucceeded
+	if err := errors.Join(errs...); err != nil {
+		rec.Status, rec.Error = record.StatusError, err.Error()
+	}
+	id, err := sb.run.o.Store.Put(rec)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("write the sandbox's record: %w", err))
+	}
+	return id, errors.Join(errs...)
+}
+
+// release unmounts the workspace and removes the sandbox's directories.
+func (sb *Sandbox) release() error {
+	return sb.run.quotas.removeRunDir(sb.run.runDir)
+}

@@ -1,0 +1,158 @@
+package jobfs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// The writing half, for the files API of long-lived sandboxes: the host
+// writes and removes files in a workspace the job controls, beneath its
+// root and never through a symlink, like the reading half.
+
+// parent opens rel's parent directory beneath the root (O_PATH) and
+// returns it with rel's last component.
+func (r *Root) parent(rel string) (int, string, error) {
+	rel, err := clean(rel)
+	if err != nil {
+		return -1, "", err
+	}
+	if rel == "." {
+		return -1, "", fmt.Errorf("the workspace itself: %w", fs.ErrInvalid)
+	}
+	dir, base := filepath.Split(rel)
+	if dir == "" {
+		dir = "."
+	}
+	fd, err := r.openat(filepath.Clean(dir), unix.O_PATH|unix.O_DIRECTORY)
+	return fd, base, err
+}
+
+// MkdirAll makes rel and its missing parents, each with perm and owned
+// by uid:gid, never through a symlink; an existing directory is fine.
+func (r *Root) MkdirAll(rel string, perm fs.FileMode, uid, gid int) error {
+	rel, err := clean(rel)
+	if err != nil || rel == "." {
+		return err
+	}
+	cur := "."
+	for _, part := range splitPath(rel) {
+		next := filepath.Join(cur, part)
+		fd, err := r.openat(cur, unix.O_PATH|unix.O_DIRECTORY)
+		if err != nil {
+			return err
+		}
+		err = unix.Mkdirat(fd, part, uint32(perm))
+		if err == nil {
+			if cerr := unix.Fchownat(fd, part, uid, gid, unix.AT_SYMLINK_NOFOLLOW); cerr != nil {
+				err = cerr
+			}
+		} else if errors.Is(err, unix.EEXIST) {
+			err = nil
+		}
+		unix.Close(fd)
+		if err != nil {
+			return &fs.PathError{Op: "mkdir", Path: next, Err: err}
+		}
+		cur = next
+	}
+	// What exists at rel now must be a directory, not a symlink to one.
+	info, err := r.Lstat(rel)
+	if err != nil {
+		return err
+	}
+	if info.Kind != Dir {
+		return fmt.Errorf("%s: is a %s, not a directory", rel, info.Kind)
+	}
+	return nil
+}
+
+func splitPath(rel string) []string {
+	var out []string
+	for rel != "." && rel != "" {
+		dir, base := filepath.Split(rel)
+		out = append([]string{base}, out...)
+		rel = filepath.Clean(dir)
+		if dir == "" {
+			break
+		}
+	}
+	return out
+}
+
+// CreateFile creates or truncates the regular file rel for writing (its
+// parent must exist), owned by uid:gid with perm. A symlink, FIFO or
+// device at rel is refused, never opened.
+func (r *Root) CreateFile(rel string, perm fs.FileMode, uid, gid int) (*os.File, error) {
+	if info, err := r.Lstat(rel); err == nil && info.Kind != File {
+		return nil, fmt.Errorf("%s: is a %s, not a regular file", rel, info.Kind)
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	crel, err := clean(rel)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := r.openat(crel, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NONBLOCK|unix.O_NOCTTY)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s: not a regular file", rel)
+	}
+	if err := unix.Fchown(fd, uid, gid); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "chown", Path: rel, Err: err}
+	}
+	if err := unix.Fchmod(fd, uint32(perm)); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "chmod", Path: rel, Err: err}
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(r.name, crel)), nil
+}
+
+// Remove removes rel: a file, a symlink (itself, never its target) or an
+// empty directory; with all, a directory and everything beneath it.
+func (r *Root) Remove(rel string, all bool) error {
+	info, err := r.Lstat(rel)
+	if err != nil {
+		return err
+	}
+	pfd, base, err := r.parent(rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	if info.Kind == Dir {
+		if all {
+			crel, _ := clean(rel)
+			names, err := r.ReadDir(crel, 1<<20)
+			if err != nil {
+				return err
+			}
+			for _, n := range names {
+				if err := r.Remove(filepath.Join(crel, n), true); err != nil {
+					return err
+				}
+			}
+		}
+		if err := unix.Unlinkat(pfd, base, unix.AT_REMOVEDIR); err != nil {
+			return &fs.PathError{Op: "remove", Path: rel, Err: err}
+		}
+		return nil
+	}
+	if err := unix.Unlinkat(pfd, base, 0); err != nil {
+		return &fs.PathError{Op: "remove", Path: rel, Err: err}
+	}
+	return nil
+}
