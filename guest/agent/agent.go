@@ -100,6 +100,9 @@ func runJob(ctx context.Context, controlDir string, console io.Writer, syncFiles
 	if err != nil {
 		return fail(err)
 	}
+	if job.Session {
+		return fail(errors.New("job.json asks for a session, which runs commands on a socket (RunSession), not as one job: start it with the namespace backend's Open"))
+	}
 	argv0, err := lookPath(job.Command[0], job.Env)
 	if err != nil {
 		return fail(err)

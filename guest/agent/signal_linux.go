@@ -4,6 +4,7 @@ package agent
 
 import (
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -31,4 +32,20 @@ func SignalName(s syscall.Signal) string {
 		return "SIGRTMIN+" + strconv.Itoa(int(s)-34)
 	}
 	return "SIG" + strconv.Itoa(int(s))
+}
+
+// SignalNumber is the signal SignalName calls name; ok is false for a name
+// it does not know.
+func SignalNumber(name string) (s syscall.Signal, ok bool) {
+	for n, nm := range signalNames {
+		if nm == name {
+			return n, true
+		}
+	}
+	if rest, found := strings.CutPrefix(name, "SIGRTMIN+"); found {
+		if i, err := strconv.Atoi(rest); err == nil && i >= 0 && i <= 30 {
+			return syscall.Signal(34 + i), true
+		}
+	}
+	return 0, false
 }

@@ -305,7 +305,9 @@ func runExec(status *os.File, statusFD int, x *ExecSpec) int {
 }
 
 // runAgent is PID 1 of the finished jail: it reports ready and runs the job
-// with the guest agent. It returns 0 only when result.json was written.
+// with the guest agent, or serves the session when job.json asks for one
+// (agent.RunSession, until SIGTERM). It returns 0 only when result.json was
+// written.
 func runAgent(status *os.File, statusFD int) int {
 	unix.CloseOnExec(statusFD) // the job must not inherit it
 	// Die with the host side even if it is killed hard.
@@ -318,7 +320,14 @@ func runAgent(status *os.File, statusFD int) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// The jail shares the host's kernel: no fsyncs needed (see RunOptions).
-	_, err := agent.RunJobWith(ctx, guest.ControlMount, os.Stdout, agent.RunOptions{NoSync: true})
+	var err error
+	if job, jerr := agent.ReadJob(guest.ControlMount); jerr == nil && job.Session {
+		// A long-lived sandbox: serve commands on the control directory's
+		// socket, to the host only, until SIGTERM.
+		_, err = agent.RunSession(ctx, guest.ControlMount, os.Stdout, agent.SessionOptions{NoSync: true, HostOnly: true})
+	} else {
+		_, err = agent.RunJobWith(ctx, guest.ControlMount, os.Stdout, agent.RunOptions{NoSync: true})
+	}
 	if err != nil {
 		sendMessage(status, message{Error: "run job: " + err.Error()})
 		return 1

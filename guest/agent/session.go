@@ -1,0 +1,639 @@
+//go:build linux
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"golang.org/x/sys/unix"
+)
+
+// sessionDrain bounds how long an exec's output is still read after its
+// process has exited: a background process it started (`server &`) may hold
+// the pipes open for as long as it runs, and the exit must not wait for it.
+const sessionDrain = 500 * time.Millisecond
+
+// shutdownWait bounds how long a stopping session waits for its execs to
+// report their exits after it has killed them.
+const shutdownWait = 3 * time.Second
+
+// stdinQueue is how many stdin chunks an exec holds for a command that has
+// not read them yet; beyond it the connection's requests wait.
+const stdinQueue = 16
+
+// SessionOptions tune RunSession.
+type SessionOptions struct {
+	// NoSync skips the fsync of result.json (RunOptions.NoSync).
+	NoSync bool
+	// HostOnly accepts only connections from outside the agent's pid
+	// namespace (SO_PEERCRED reports pid 0 for them): the host. A jail's
+	// init sets it, so that a job that runs as root inside cannot drive
+	// the agent; a test serving in its own pid namespace cannot.
+	HostOnly bool
+	// Reaper makes the session wait for any child (wait4(-1)) and hand
+	// each exit to the exec that started that pid, so that orphans
+	// reparented to the agent are reaped too. It is forced on when the
+	// agent is PID 1; a test sets it in a child subreaper.
+	Reaper bool
+	// Ready, when set, is called once the socket listens.
+	Ready func()
+}
+
+// RunSession serves the session protocol (guest/session.go) for the
+// session job in controlDir/job.json: it listens on
+// controlDir/guest.SessionSocket (mode 0600) and runs one command per
+// connection until ctx is done. Then it kills every command still running
+// (SIGKILL to its process group), waits briefly for their exits to be
+// reported, closes the socket and writes result.json: ExitCode 0 and no
+// Error when the session was served and stopped cleanly, ExitCode -1 and
+// Error when it could not be (no job, not a session job, no socket).
+// Started and Finished are the session's lifetime. As RunJobWith, the
+// error is non-nil only when result.json could not be written.
+//
+// Commands run like a job's (lookPath, sysProcAttr): in a new process
+// group, as the request's UID and GID, with exactly the request's Env.
+// When the request has no timeout, the session job's TimeoutMS (when
+// positive) is each command's. Output is not copied to console; the
+// session's own errors are.
+func RunSession(ctx context.Context, controlDir string, console io.Writer, o SessionOptions) (guest.Result, error) {
+	if console == nil {
+		console = io.Discard
+	}
+	res := guest.Result{Version: guest.ProtocolVersion, ExitCode: -1, Started: time.Now().UTC()}
+	err := serveSession(ctx, controlDir, console, o, &res)
+	res.Finished = time.Now().UTC()
+	if err != nil {
+		res.ExitCode = -1
+		res.Error = err.Error()
+		fmt.Fprintf(console, "%s %v\n", guest.ConsoleErrorLine, err)
+	} else {
+		res.ExitCode = 0
+	}
+	if werr := writeResult(controlDir, res, !o.NoSync); werr != nil {
+		return res, werr
+	}
+	return res, nil
+}
+
+func serveSession(ctx context.Context, controlDir string, console io.Writer, o SessionOptions, res *guest.Result) error {
+	job, err := ReadJob(controlDir)
+	res.Step = job.Step
+	if err != nil {
+		return err
+	}
+	if !job.Session {
+		return errors.New("job.json is not a session job (session is false): run it with RunJob")
+	}
+	sockPath := filepath.Join(controlDir, guest.SessionSocket)
+	if err := os.Remove(sockPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale session socket: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sockPath, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("listen on the session socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(sockPath, 0o600); err != nil {
+		ln.Close()
+		return fmt.Errorf("make the session socket root-only: %w", err)
+	}
+	srv := newServer(job, console, o.Reaper || os.Getpid() == 1)
+	reapCtx, stopReaping := context.WithCancel(context.Background())
+	reaped := srv.reap.run(reapCtx)
+	defer func() { stopReaping(); <-reaped }()
+
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := ln.AcceptUnix()
+			if err != nil {
+				if !errors.Is(err, net.ErrClosed) {
+					fmt.Fprintf(console, "%s accept on the session socket: %v\n", guest.ConsoleErrorLine, err)
+				}
+				return
+			}
+			if o.HostOnly && !fromHost(c) {
+				c.Close()
+				continue
+			}
+			srv.serveConn(c)
+		}
+	}()
+	if o.Ready != nil {
+		o.Ready()
+	}
+	<-ctx.Done()
+	ln.Close()
+	<-accepted
+	srv.shutdown()
+	return nil
+}
+
+// fromHost says the peer is outside the agent's pid namespace: the kernel
+// reports its pid as 0 here.
+func fromHost(c *net.UnixConn) bool {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || cerr != nil {
+		return false
+	}
+	return cred.Pid == 0
+}
+
+// server runs the execs of one session.
+type server struct {
+	job     guest.Job
+	console io.Writer
+	reap    *reaper
+
+	mu     sync.Mutex
+	conns  map[*net.UnixConn]bool
+	groups map[int]bool // process groups of running execs
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func newServer(job guest.Job, console io.Writer, reaperMode bool) *server {
+	return &server{
+		job: job, console: console,
+		reap:   newReaper(reaperMode),
+		conns:  map[*net.UnixConn]bool{},
+		groups: map[int]bool{},
+	}
+}
+
+// serveConn runs one connection in its own goroutine.
+func (s *server) serveConn(c *net.UnixConn) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.Close()
+		return
+	}
+	s.conns[c] = true
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+			c.Close()
+		}()
+		s.handle(c)
+	}()
+}
+
+// shutdown kills every running exec, waits (bounded) for the connections to
+// finish reporting, then closes what is left.
+func (s *server) shutdown() {
+	s.mu.Lock()
+	s.closed = true
+	for pgid := range s.groups {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return
+	case <-time.After(shutdownWait):
+	}
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	<-done
+}
+
+// connWriter sends events on one connection; a failed write drops the rest.
+type connWriter struct {
+	mu  sync.Mutex
+	enc *guest.SessionEncoder
+	err error
+}
+
+func (w *connWriter) send(ev guest.SessionEvent) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	w.err = w.enc.Encode(ev)
+	return w.err
+}
+
+// handle serves one connection: a ping, or one exec.
+func (s *server) handle(c *net.UnixConn) {
+	dec := guest.NewSessionDecoder(c)
+	out := &connWriter{enc: guest.NewSessionEncoder(c)}
+	var q guest.SessionRequest
+	if err := dec.Decode(&q); err != nil {
+		if !errors.Is(err, io.EOF) {
+			_ = out.send(guest.SessionEvent{Type: guest.EventError, Error: err.Error()})
+		}
+		return
+	}
+	if err := q.Validate(); err != nil {
+		_ = out.send(guest.SessionEvent{Type: guest.EventError, Error: err.Error()})
+		return
+	}
+	switch q.Op {
+	case guest.OpPing:
+		_ = out.send(guest.SessionEvent{Type: guest.EventPong})
+	case guest.OpExec:
+		s.exec(q, dec, out)
+	default:
+		_ = out.send(guest.SessionEvent{Type: guest.EventError, Error: fmt.Sprintf("the first request of a connection must be %q or %q, not %q", guest.OpExec, guest.OpPing, q.Op)})
+	}
+}
+
+// execJob is the request as a Job, for lookPath and sysProcAttr.
+func (s *server) execJob(q guest.SessionRequest) guest.Job {
+	dir := q.Workdir
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(guest.WorkspaceMount, dir)
+	}
+	timeout := q.TimeoutMS
+	if timeout == 0 {
+		timeout = s.job.TimeoutMS
+	}
+	return guest.Job{
+		Version: guest.ProtocolVersion, Step: s.job.Step,
+		Command: q.Command, Env: q.Env, Workdir: filepath.Clean(dir),
+		UID: q.UID, GID: q.GID, TimeoutMS: timeout,
+	}
+}
+
+// exec runs one command for the connection.
+func (s *server) exec(q guest.SessionRequest, dec *guest.SessionDecoder, out *connWriter) {
+	fail := func(err error) { _ = out.send(guest.SessionEvent{Type: guest.EventError, Error: err.Error()}) }
+	job := s.execJob(q)
+	if err := job.Validate(); err != nil {
+		fail(fmt.Errorf("exec request: %w", err))
+		return
+	}
+	argv0, err := lookPath(job.Command[0], job.Env)
+	if err != nil {
+		fail(err)
+		return
+	}
+	attr, err := sysProcAttr(job)
+	if err != nil {
+		fail(err)
+		return
+	}
+	var stdinR, stdinW *os.File
+	if q.Stdin {
+		stdinR, stdinW, err = os.Pipe()
+		if err != nil {
+			fail(fmt.Errorf("create stdin pipe: %w", err))
+			return
+		}
+	} else {
+		stdinR, err = os.Open(os.DevNull)
+		if err != nil {
+			fail(fmt.Errorf("open %s for stdin: %w", os.DevNull, err))
+			return
+		}
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		stdinR.Close()
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		fail(fmt.Errorf("create stdout pipe: %w", err))
+		return
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		stdinR.Close()
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		outR.Close()
+		outW.Close()
+		fail(fmt.Errorf("create stderr pipe: %w", err))
+		return
+	}
+	pid, exited, err := s.reap.start(func() (int, error) {
+		return syscall.ForkExec(argv0, job.Command, &syscall.ProcAttr{
+			Dir:   job.Workdir,
+			Env:   append([]string{}, job.Env...),
+			Files: []uintptr{stdinR.Fd(), outW.Fd(), errW.Fd()},
+			Sys:   attr,
+		})
+	})
+	stdinR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		fail(fmt.Errorf("start %s in %s as %d:%d: %w", argv0, job.Workdir, job.UID, job.GID, err))
+		return
+	}
+	s.mu.Lock()
+	s.groups[pid] = true
+	if s.closed { // shutdown began while we started it
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.groups, pid)
+		s.mu.Unlock()
+	}()
+	_ = out.send(guest.SessionEvent{Type: guest.EventStarted, PID: pid})
+
+	var copiers sync.WaitGroup
+	copiers.Add(2)
+	go func() { defer copiers.Done(); pump(outR, guest.EventStdout, out) }()
+	go func() { defer copiers.Done(); pump(errR, guest.EventStderr, out) }()
+
+	// The connection's further requests: stdin, close_stdin, signal. When
+	// it ends before the exit (the host went away, or sent garbage), the
+	// command's process group is killed.
+	stdin := newStdinWriter(stdinW)
+	defer stdin.abort()
+	hostGone := make(chan struct{})
+	go func() {
+		defer close(hostGone)
+		defer stdin.close()
+		for {
+			var r guest.SessionRequest
+			if err := dec.Decode(&r); err != nil {
+				return
+			}
+			if err := r.Validate(); err != nil {
+				return
+			}
+			switch r.Op {
+			case guest.OpStdin:
+				stdin.write(r.Data)
+			case guest.OpCloseStdin:
+				stdin.close()
+			case guest.OpSignal:
+				if sig, ok := SignalNumber(r.Signal); ok {
+					_ = syscall.Kill(-pid, sig)
+				} else {
+					fmt.Fprintf(s.console, "%s exec %d: unknown signal %q ignored\n", guest.ConsoleErrorLine, pid, r.Signal)
+				}
+			default:
+				return
+			}
+		}
+	}()
+
+	var timeout <-chan time.Time
+	if job.TimeoutMS > 0 {
+		t := time.NewTimer(time.Duration(job.TimeoutMS) * time.Millisecond)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var kill <-chan time.Time
+	var timedOut bool
+	var e exitStatus
+wait:
+	for {
+		select {
+		case e = <-exited:
+			break wait
+		case <-timeout:
+			timeout = nil
+			timedOut = true
+			kill = terminate(pid)
+		case <-kill:
+			kill = nil
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		case <-hostGone:
+			hostGone = nil
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	}
+	if timedOut {
+		// What the command left in its group goes with it, as for a job.
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	drained := make(chan struct{})
+	go func() { copiers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(sessionDrain):
+		outR.Close()
+		errR.Close()
+		<-drained
+	}
+	ev := guest.SessionEvent{Type: guest.EventExit, TimedOut: timedOut}
+	if e.err != nil {
+		fail(fmt.Errorf("wait for pid %d: %w", pid, e.err))
+		return
+	}
+	ev.Rusage = guest.Rusage{
+		UserMS:    e.ru.Utime.Sec*1000 + int64(e.ru.Utime.Usec)/1000,
+		SystemMS:  e.ru.Stime.Sec*1000 + int64(e.ru.Stime.Usec)/1000,
+		MaxRSSKiB: e.ru.Maxrss,
+	}
+	switch {
+	case e.ws.Exited():
+		ev.ExitCode = e.ws.ExitStatus()
+	case e.ws.Signaled():
+		ev.ExitCode = -1
+		ev.Signal = SignalName(e.ws.Signal())
+	}
+	_ = out.send(ev)
+}
+
+// pump sends what r yields as events of type typ, at most
+// guest.MaxSessionChunk bytes each. When the host stops taking them it
+// keeps reading, so the command is never blocked on a full pipe by a host
+// that went away.
+func pump(r *os.File, typ string, out *connWriter) {
+	defer r.Close()
+	buf := make([]byte, guest.MaxSessionChunk)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			_ = out.send(guest.SessionEvent{Type: typ, Data: append([]byte(nil), buf[:n]...)})
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// stdinWriter feeds a command's stdin from the connection without letting a
+// command that does not read it hold up the connection's signals: chunks
+// queue (stdinQueue of them) for a goroutine that writes them. write and
+// close are called from the connection's reader only; abort may be called
+// from anywhere.
+type stdinWriter struct {
+	w      *os.File // nil: the command reads /dev/null
+	closed bool
+	queue  chan []byte
+}
+
+func newStdinWriter(w *os.File) *stdinWriter {
+	s := &stdinWriter{w: w, queue: make(chan []byte, stdinQueue)}
+	go func() {
+		ok := w != nil
+		for b := range s.queue {
+			if ok {
+				if _, err := w.Write(b); err != nil {
+					ok = false // the command closed its stdin: drop the rest
+				}
+			}
+		}
+		if w != nil {
+			w.Close()
+		}
+	}()
+	return s
+}
+
+// write queues b; after close it is dropped.
+func (s *stdinWriter) write(b []byte) {
+	if !s.closed {
+		s.queue <- b
+	}
+}
+
+// close ends the command's stdin once the queue is written.
+func (s *stdinWriter) close() {
+	if !s.closed {
+		s.closed = true
+		close(s.queue)
+	}
+}
+
+// abort closes the pipe at once, so a write blocked on a command that no
+// longer reads fails and the writer ends.
+func (s *stdinWriter) abort() {
+	if s.w != nil {
+		s.w.Close()
+	}
+}
+
+// exitStatus is what wait4 said about one pid.
+type exitStatus struct {
+	ws  syscall.WaitStatus
+	ru  syscall.Rusage
+	err error
+}
+
+// reaper waits for the session's children. As PID 1 (all) it waits for any
+// child whenever SIGCHLD arrives and hands each exit to the exec that
+// started that pid; every other exit is an orphan's, reaped and dropped.
+// Starting a command and registering its pid happen under the lock the
+// reaping takes, so no exit can be collected before its pid is known.
+// Otherwise it waits for each started pid alone.
+type reaper struct {
+	all     bool
+	mu      sync.Mutex
+	waiting map[int]chan exitStatus
+}
+
+func newReaper(all bool) *reaper {
+	return &reaper{all: all, waiting: map[int]chan exitStatus{}}
+}
+
+// start runs fork (which returns the new pid) and returns a channel that
+// gets the pid's exit.
+func (r *reaper) start(fork func() (int, error)) (int, <-chan exitStatus, error) {
+	ch := make(chan exitStatus, 1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pid, err := fork()
+	if err != nil {
+		return 0, nil, err
+	}
+	if r.all {
+		r.waiting[pid] = ch
+		return pid, ch, nil
+	}
+	go func() {
+		var e exitStatus
+		for {
+			_, e.err = syscall.Wait4(pid, &e.ws, 0, &e.ru)
+			if e.err != syscall.EINTR {
+				break
+			}
+		}
+		ch <- e
+	}()
+	return pid, ch, nil
+}
+
+// run reaps until ctx is done; the returned channel closes when it has
+// stopped.
+func (r *reaper) run(ctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	if !r.all {
+		close(done)
+		return done
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	go func() {
+		defer close(done)
+		defer signal.Stop(sigs)
+		for {
+			r.reapAll()
+			select {
+			case <-sigs:
+			case <-ctx.Done():
+				r.reapAll()
+				return
+			}
+		}
+	}()
+	return done
+}
+
+// reapAll collects every child that has exited.
+func (r *reaper) reapAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for {
+		var e exitStatus
+		pid, err := syscall.Wait4(-1, &e.ws, syscall.WNOHANG, &e.ru)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+		if !e.ws.Exited() && !e.ws.Signaled() {
+			continue // stopped or continued: not an exit
+		}
+		if ch, ok := r.waiting[pid]; ok {
+			delete(r.waiting, pid)
+			ch <- e
+		}
+	}
+}
