@@ -167,6 +167,7 @@ var testSupport = []string{
 	module + "/internal/vmfixture",
 	module + "/internal/testtier",
 	module + "/internal/testnet",
+	module + "/internal/fakesandboxes",
 }
 
 // TestTestSupportOnlyInTests: no product package imports test support

@@ -1,0 +1,366 @@
+package fakesandboxes
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentsandbox/agentsandbox/sandboxes"
+)
+
+// maxChunk bounds the text of one stdout or stderr event.
+const maxChunk = 64 << 10
+
+// kept is the tail of one output stream: data starts at offset base.
+type kept struct {
+	data  []byte
+	base  int64
+	total int64
+}
+
+func (k *kept) write(p []byte) {
+	k.data = append(k.data, p...)
+	k.total += int64(len(p))
+	if len(k.data) > 2*sandboxes.MaxKeptOutput {
+		drop := len(k.data) - sandboxes.MaxKeptOutput
+		k.data = append([]byte(nil), k.data[drop:]...)
+		k.base += int64(drop)
+	}
+}
+
+// from copies at most maxChunk bytes from offset off (or the oldest kept
+// byte, when off was dropped) and says where they start.
+func (k *kept) from(off int64) ([]byte, int64) {
+	if off < k.base {
+		off = k.base
+	}
+	if off >= k.total {
+		return nil, off
+	}
+	b := k.data[off-k.base:]
+	if len(b) > maxChunk {
+		b = b[:maxChunk]
+	}
+	return append([]byte(nil), b...), off
+}
+
+type execState struct {
+	mu       sync.Mutex
+	info     sandboxes.ExecInfo
+	proc     *os.Process
+	out, err kept
+	done     bool
+	startErr string
+	timedOut bool
+	changed  chan struct{} // closed and replaced on every change
+}
+
+func (e *execState) update(f func()) {
+	e.mu.Lock()
+	f()
+	close(e.changed)
+	e.changed = make(chan struct{})
+	e.mu.Unlock()
+}
+
+type streamWriter struct {
+	e      *execState
+	stderr bool
+}
+
+func (w streamWriter) Write(p []byte) (int, error) {
+	w.e.update(func() {
+		if w.stderr {
+			w.e.err.write(p)
+			w.e.info.StderrBytes = w.e.err.total
+		} else {
+			w.e.out.write(p)
+			w.e.info.StdoutBytes = w.e.out.total
+		}
+	})
+	return len(p), nil
+}
+
+// kill sends SIGKILL to the exec's process group.
+func (e *execState) kill(timedOut bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done || e.proc == nil {
+		return
+	}
+	if timedOut {
+		e.timedOut = true
+	}
+	syscall.Kill(-e.proc.Pid, syscall.SIGKILL)
+}
+
+func (e *execState) snapshot() sandboxes.ExecInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	i := e.info
+	i.Request.Env = maps.Clone(i.Request.Env)
+	if i.Exit != nil {
+		x := *i.Exit
+		i.Exit = &x
+	}
+	return i
+}
+
+func event(typ, execID string) sandboxes.ExecEvent {
+	return sandboxes.ExecEvent{Type: typ, ExecID: execID, Time: time.Now().UTC()}
+}
+
+func outputEvent(typ, execID string, off int64, b []byte) sandboxes.ExecEvent {
+	ev := event(typ, execID)
+	ev.Offset = off
+	if utf8.Valid(b) {
+		ev.Text = string(b)
+	} else {
+		ev.Base64 = b
+	}
+	return ev
+}
+
+// follow emits the output from the given offsets, then (follow) what
+// comes, then the exit or error event once the exec is done.
+func (e *execState) follow(ctx context.Context, outFrom, errFrom int64, follow bool, emit func(sandboxes.ExecEvent) error) error {
+	for {
+		e.mu.Lock()
+		ob, ooff := e.out.from(outFrom)
+		eb, eoff := e.err.from(errFrom)
+		done, ch := e.done, e.changed
+		info := e.info
+		startErr := e.startErr
+		e.mu.Unlock()
+		if len(ob) > 0 {
+			if err := emit(outputEvent(sandboxes.EventStdout, info.ID, ooff, ob)); err != nil {
+				return err
+			}
+			outFrom = ooff + int64(len(ob))
+		}
+		if len(eb) > 0 {
+			if err := emit(outputEvent(sandboxes.EventStderr, info.ID, eoff, eb)); err != nil {
+				return err
+			}
+			errFrom = eoff + int64(len(eb))
+		}
+		if len(ob) > 0 || len(eb) > 0 {
+			continue
+		}
+		if done {
+			if startErr != "" {
+				ev := event(sandboxes.EventError, info.ID)
+				ev.Error = startErr
+				return emit(ev)
+			}
+			ev := event(sandboxes.EventExit, info.ID)
+			x := *info.Exit
+			ev.Exit = &x
+			return emit(ev)
+		}
+		if !follow {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return sandboxes.Errorf(sandboxes.CodeInternal, "follow exec %s: %w", info.ID, ctx.Err())
+		case <-ch:
+		}
+	}
+}
+
+// workdir maps an exec's cwd to the host: relative to the workspace, or
+// absolute under /workspace.
+func (sb *sandbox) workdir(cwd string) (string, error) {
+	rel := cwd
+	if path.IsAbs(cwd) {
+		if cwd != "/workspace" && !strings.HasPrefix(cwd, "/workspace/") {
+			return "", sandboxes.Errorf(sandboxes.CodeBadRequest, "cwd %q: the fake sandboxes have only /workspace; give a path relative to it", cwd)
+		}
+		rel = strings.TrimPrefix(strings.TrimPrefix(cwd, "/workspace"), "/")
+	}
+	if rel == "" {
+		return sb.dir, nil
+	}
+	if !filepath.IsLocal(rel) {
+		return "", sandboxes.Errorf(sandboxes.CodeBadRequest, "cwd %q leaves the workspace: give a path inside it", cwd)
+	}
+	fi, err := sb.root.Stat(rel)
+	if err != nil || !fi.IsDir() {
+		return "", sandboxes.Errorf(sandboxes.CodeBadRequest, "cwd %q is not a directory in the workspace: create it first", cwd)
+	}
+	return filepath.Join(sb.dir, rel), nil
+}
+
+func (m *Manager) Exec(ctx context.Context, id string, r sandboxes.ExecRequest, emit func(sandboxes.ExecEvent) error) (sandboxes.ExecInfo, error) {
+	if (len(r.Argv) == 0) == (r.Shell == "") {
+		return sandboxes.ExecInfo{}, sandboxes.Errorf(sandboxes.CodeBadRequest, "exec: give exactly one of argv (a command and its arguments) and shell (a /bin/sh -c script)")
+	}
+	if len(r.Argv) > 0 && r.Argv[0] == "" {
+		return sandboxes.ExecInfo{}, sandboxes.Errorf(sandboxes.CodeBadRequest, "exec: argv[0] is empty; name the command to run")
+	}
+	if !r.Background && emit == nil {
+		return sandboxes.ExecInfo{}, sandboxes.Errorf(sandboxes.CodeInternal, "exec: a foreground exec needs an emit function")
+	}
+	m.mu.Lock()
+	sb, err := m.running(id)
+	if err != nil {
+		m.mu.Unlock()
+		return sandboxes.ExecInfo{}, err
+	}
+	dir, err := sb.workdir(r.Cwd)
+	if err != nil {
+		m.mu.Unlock()
+		return sandboxes.ExecInfo{}, err
+	}
+	sb.seq++
+	e := &execState{changed: make(chan struct{})}
+	e.info = sandboxes.ExecInfo{ID: fmt.Sprintf("ex-%d", sb.seq), Sandbox: id, Request: r, Started: m.now(), Running: true}
+	e.info.Request.Env = maps.Clone(r.Env)
+	sb.execs[e.info.ID] = e
+	env := os.Environ()
+	for k, v := range sb.spec.Env {
+		env = append(env, k+"="+v)
+	}
+	for k, v := range r.Env {
+		env = append(env, k+"="+v)
+	}
+	timeout := r.Timeout.D()
+	if timeout == 0 {
+		timeout = time.Until(sb.info.ExpiresAt)
+	}
+	m.mu.Unlock()
+
+	argv := r.Argv
+	if r.Shell != "" {
+		argv = []string{"/bin/sh", "-c", r.Shell}
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = dir
+	cmd.Env = append(env, "WORKSPACE="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if r.Stdin != nil {
+		cmd.Stdin = strings.NewReader(*r.Stdin)
+	}
+	cmd.Stdout = streamWriter{e: e}
+	cmd.Stderr = streamWriter{e: e, stderr: true}
+	cmd.WaitDelay = time.Second // a background child holding the pipes open does not hold the exec
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		msg := fmt.Sprintf("start %q: %v: check the command's name and that it is installed", argv[0], err)
+		e.update(func() {
+			e.done, e.startErr, e.info.Running = true, msg, false
+		})
+		if r.Background {
+			m.mu.Lock()
+			delete(sb.execs, e.info.ID)
+			m.mu.Unlock()
+			return sandboxes.ExecInfo{}, sandboxes.Errorf(sandboxes.CodeBadRequest, "%s", msg)
+		}
+		ev := event(sandboxes.EventError, e.info.ID)
+		ev.Error = msg
+		return e.snapshot(), emit(ev)
+	}
+	e.mu.Lock()
+	e.proc = cmd.Process
+	e.mu.Unlock()
+	timer := time.AfterFunc(timeout, func() { e.kill(true) })
+	go func() {
+		cmd.Wait()
+		timer.Stop()
+		ps := cmd.ProcessState
+		x := &sandboxes.ExitStatus{ExitCode: ps.ExitCode(), DurationMS: time.Since(start).Milliseconds(),
+			CPUTimeNs: (ps.UserTime() + ps.SystemTime()).Nanoseconds()}
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			x.Signal = unix.SignalName(ws.Signal())
+			x.ExitCode = 128 + int(ws.Signal())
+		}
+		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+			x.MaxRSS = ru.Maxrss * 1024
+		}
+		e.update(func() {
+			x.TimedOut = e.timedOut
+			e.done, e.info.Running, e.info.Exit = true, false, x
+		})
+	}()
+	if r.Background {
+		return e.snapshot(), nil
+	}
+	err = emit(event(sandboxes.EventStarted, e.info.ID))
+	if err == nil {
+		err = e.follow(ctx, 0, 0, true, emit)
+	}
+	if err != nil {
+		e.kill(false) // the client went away
+		return e.snapshot(), err
+	}
+	return e.snapshot(), nil
+}
+
+func (m *Manager) exec(id, execID string) (*execState, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sb, err := m.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	e, ok := sb.execs[execID]
+	if !ok {
+		return nil, sandboxes.Errorf(sandboxes.CodeNotFound, "no exec %q in sandbox %s: list its execs' ids from the exec answers", execID, id)
+	}
+	return e, nil
+}
+
+func (m *Manager) GetExec(_ context.Context, id, execID string) (sandboxes.ExecInfo, error) {
+	e, err := m.exec(id, execID)
+	if err != nil {
+		return sandboxes.ExecInfo{}, err
+	}
+	return e.snapshot(), nil
+}
+
+func (m *Manager) Output(ctx context.Context, id, execID string, stdoutFrom, stderrFrom int64, follow bool, emit func(sandboxes.ExecEvent) error) error {
+	if stdoutFrom < 0 || stderrFrom < 0 {
+		return sandboxes.Errorf(sandboxes.CodeBadRequest, "output: offsets must not be negative")
+	}
+	e, err := m.exec(id, execID)
+	if err != nil {
+		return err
+	}
+	return e.follow(ctx, stdoutFrom, stderrFrom, follow, emit)
+}
+
+func (m *Manager) Signal(_ context.Context, id, execID, signal string) error {
+	name := strings.ToUpper(signal)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	sig := unix.SignalNum(name)
+	if sig == 0 {
+		return sandboxes.Errorf(sandboxes.CodeBadRequest, "signal %q: want a signal name such as SIGTERM, SIGINT or SIGKILL", signal)
+	}
+	e, err := m.exec(id, execID)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done || e.proc == nil {
+		return sandboxes.Errorf(sandboxes.CodeConflict, "exec %s has ended: there is nothing to signal", execID)
+	}
+	if err := syscall.Kill(-e.proc.Pid, sig); err != nil {
+		return sandboxes.Errorf(sandboxes.CodeInternal, "signal exec %s: %w", execID, err)
+	}
+	return nil
+}
