@@ -9,7 +9,6 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/egress"
 	"github.com/agentsandbox/agentsandbox/policy"
-	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -100,9 +99,6 @@ func refuse(steps []workflow.Step, o Options) error {
 			if _, err := egress.NewRules(s.Network.Allow, nil); err != nil {
 				return fmt.Errorf("step %q: network.allow: %w", s.Name, err)
 			}
-			if s.Isolation == workflow.IsolationVM && !vmEgress {
-				return fmt.Errorf("step %q: network.allow %q: %w", s.Name, s.Network.Allow, vmrunner.ErrEgressUnsupported)
-			}
 		}
 		if s.Isolation == workflow.IsolationNamespace && len(s.Packages) > 0 && !o.Host.Nix {
 			return fmt.Errorf("step %q lists packages %q, which need Nix, and Nix is not installed: %w", s.Name, s.Packages, ErrNoNix)
@@ -113,7 +109,3 @@ func refuse(steps []workflow.Step, o Options) error {
 	}
 	return nil
 }
-
-// vmEgress says the vm backend runs steps with egress (its tap in the
-// step's room); until it does, such a step is refused, never run open.
-const vmEgress = false

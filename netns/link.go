@@ -68,7 +68,7 @@ const (
 	tbfLatency = 50 // milliseconds
 )
 
-// tbf returns the token bucket filter setBandwidth installs as the root
+// tbf returns the token bucket filter SetBandwidth installs as the root
 // qdisc of the device with index linkIndex, shaping egress to bitsPerSecond.
 // Its Buffer is in kernel ticks (netlink.Xmittime), not bytes.
 func tbf(linkIndex int, bitsPerSecond uint64) (*netlink.Tbf, error) {
@@ -99,9 +99,12 @@ func tbf(linkIndex int, bitsPerSecond uint64) (*netlink.Tbf, error) {
 	}, nil
 }
 
-// setBandwidth shapes the egress of the device link inside the namespace to
-// bitsPerSecond with a tbf root qdisc, replacing any root qdisc it had.
-func (n *NS) setBandwidth(link string, bitsPerSecond uint64) error {
+// SetBandwidth shapes what the device link inside the namespace transmits
+// to bitsPerSecond with a tbf root qdisc, replacing any root qdisc it had.
+// On a VM's tap that is what the host sends to the guest: a tap transmits
+// towards the hypervisor, and what the guest sends arrives as the tap's
+// ingress, which a root qdisc does not see.
+func (n *NS) SetBandwidth(link string, bitsPerSecond uint64) error {
 	h, err := n.Handle()
 	if err != nil {
 		return err

@@ -267,7 +267,7 @@ func TestCreateTap(t *testing.T) {
 		t.Errorf("look up tap in the host: %v", err)
 	}
 
-	if err := ns.setBandwidth(name, 80_000_000); err != nil {
+	if err := ns.SetBandwidth(name, 80_000_000); err != nil {
 		t.Fatal(err)
 	}
 	l, err := h.LinkByName(name)

@@ -28,3 +28,12 @@ type Egress interface {
 	// drop counters. It is safe to call without Start and more than once.
 	Stop() error
 }
+
+// Shaper is what the vm backend needs of a step's network namespace to
+// shape a guest's traffic on its tap: *netns.NS is the real one. The tbf
+// it installs shapes what the tap transmits, which is what the host sends
+// to the guest; the proxy's token bucket limits both directions of every
+// TCP connection (docs/network.md, Bandwidth).
+type Shaper interface {
+	SetBandwidth(link string, bitsPerSecond uint64) error
+}

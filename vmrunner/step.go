@@ -1,7 +1,6 @@
 package vmrunner
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/agentsandbox/agentsandbox/guest"
@@ -25,10 +24,6 @@ func ThrottleWorkspace(l *cgroup.Limits, r workflow.Resources, workspace string,
 	}
 	return nil
 }
-
-// ErrEgressUnsupported is returned for a vm step that asks for network
-// egress, which only namespace steps have so far.
-var ErrEgressUnsupported = errors.New("network egress from a vm step is not supported yet: run the step with isolation: namespace (its proxy enforces network.allow there), or remove network.allow")
 
 // ReadResult reads the agent's result.json from a control directory. The
 // bool is false when there is none (or it cannot be decoded): the job's

@@ -5,8 +5,10 @@
 // Run, for one step, records in the step's state file and then creates: the
 // netns (hoststate.NetnsName(run, step)) with the runner's taps
 // (share/microvm/tap-interfaces, flags from tap-flags, owned by the
-// hypervisor's uid), the cgroup (/agentsandbox/RUN/STEP) sized for guest
-// memory plus MemoryOverhead, and the VM's own working directory, holding
+// hypervisor's uid), the step's egress when it has one (spec.Egress,
+// started on the runner's one tap, whose transmit queue is shaped to the
+// step's bandwidth, and stopped after the VM has ended), the cgroup
+// (/agentsandbox/RUN/STEP) sized for guest memory plus MemoryOverhead, and the VM's own working directory, holding
 // the links ./control → the step's control directory and ./workspace → its
 // workspace that the runner's 9p shares name (see docs/vm.md). It writes
 // job.json and starts microvm-run there inside a jail.Config.Exec jail,
@@ -50,6 +52,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/nixbuild"
+	"github.com/agentsandbox/agentsandbox/nixgen"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
@@ -368,6 +371,18 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 			return res, err
 		}
 	}
+	if spec.Egress != nil {
+		if err := startEgress(sb.NS, spec, ri); err != nil {
+			return res, err
+		}
+		// Stopped when the VM has ended and before Cleanup deletes the
+		// namespace (deferred calls run last first).
+		defer func() {
+			if serr := spec.Egress.Stop(); serr != nil {
+				err = errors.Join(err, serr)
+			}
+		}()
+	}
 	if err := os.MkdirAll(b.opts.WorkDir, 0o700); err != nil {
 		return res, fmt.Errorf("create VM directory: %w", err)
 	}
@@ -435,6 +450,40 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 		return res, fmt.Errorf("start runner %s: %w", cfg.Exec.Argv[0], err)
 	}
 	return b.wait(ctx, r, ri, spec, con, res)
+}
+
+// startEgress opens the step's egress on the runner's one tap in the
+// step's namespace ns, and shapes what the tap sends the guest to the
+// step's bandwidth. On error nothing of the egress is left running.
+func startEgress(ns any, spec vmrunner.StepSpec, ri RunnerInfo) error {
+	switch len(ri.Taps) {
+	case 1:
+	case 0:
+		return fmt.Errorf("the step has network.allow, and runner %s has no tap interface (share/microvm/tap-interfaces) to carry it: "+
+			"the runner was built without egress; rebuild the step's runner from this workflow (nixgen gives a step with network.allow the tap %s)", spec.Runner, nixgen.TapID)
+	default:
+		return fmt.Errorf("the step has network.allow, and runner %s has %d tap interfaces %q: egress serves exactly one; "+
+			"rebuild the step's runner from this workflow (nixgen gives it the one tap %s)", spec.Runner, len(ri.Taps), ri.Taps, nixgen.TapID)
+	}
+	tap := ri.Taps[0]
+	room, ok := ns.(vmrunner.EgressRoom)
+	if !ok {
+		return fmt.Errorf("the step's network namespace (%T) cannot hold egress", ns)
+	}
+	if err := spec.Egress.Start(room, tap); err != nil {
+		return err
+	}
+	if bw := spec.Step.Resources.Bandwidth; bw > 0 {
+		shaper, ok := ns.(vmrunner.Shaper)
+		err := fmt.Errorf("the step's network namespace (%T) cannot shape traffic", ns)
+		if ok {
+			err = shaper.SetBandwidth(tap, uint64(bw))
+		}
+		if err != nil {
+			return errors.Join(fmt.Errorf("shape the guest's tap to resources.bandwidth: %w", err), spec.Egress.Stop())
+		}
+	}
+	return nil
 }
 
 // HypervisorRlimits bound the hypervisor in its jail. Every file it writes

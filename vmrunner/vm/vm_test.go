@@ -210,11 +210,28 @@ func TestHungGuestStoppedByHost(t *testing.T) {
 }
 
 func TestTapInNetns(t *testing.T) {
+	b := newBackend(t, Options{})
+	s := spec(t, "tapped", runnertest.Sh("cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' ' | sort"))
+	tapRunner(t, &s, vmfixture.Interface{ID: "asbtap0", MAC: "02:00:00:00:00:01"})
+	res := runnertest.RunStep(t, checked{t: t, b: b}, s)
+	if res.Status != vmrunner.StatusSucceeded {
+		t.Fatalf("result %+v; console:\n%s", res, runnertest.ReadLog(t, s, ConsoleLog))
+	}
+	if got := runnertest.ReadLog(t, s, guest.StdoutFile); got != "eth0\nlo\n" {
+		t.Errorf("guest interfaces = %q, want eth0 (the tap's peer) and lo", got)
+	}
+}
+
+// tapRunner points s at a runner with the fixture's kernel and initramfs
+// and the taps ifaces. The runner is a plain directory (bound on its own)
+// whose script uses the fixture's kernel and initrd: the jail needs their
+// closure, which goes into s.ClosurePaths.
+func tapRunner(t *testing.T, s *vmrunner.StepSpec, ifaces ...vmfixture.Interface) {
+	t.Helper()
 	fx := fixture(t)
-	// The same kernel and initramfs, with one tap interface in the runner.
 	dir := filepath.Join(t.TempDir(), "runner")
 	r := fx.Runner
-	r.Interfaces = []vmfixture.Interface{{ID: "asbtap0", MAC: "02:00:00:00:00:01"}}
+	r.Interfaces = ifaces
 	files := r.ShareFiles()
 	files["bin/microvm-run"] = r.RunScript("/bin/busybox")
 	for n, c := range files {
@@ -229,24 +246,13 @@ func TestTapInNetns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := newBackend(t, Options{})
-	s := spec(t, "tapped", runnertest.Sh("cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' ' | sort"))
 	s.Runner = dir
-	// The runner is a plain directory (bound on its own) whose script uses
-	// the fixture's kernel and initrd: the jail needs their closure.
 	infos, err := nixbuild.Closure(context.Background(), []string{fx.Dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, pi := range infos {
 		s.ClosurePaths = append(s.ClosurePaths, pi.Path)
-	}
-	res := runnertest.RunStep(t, checked{t: t, b: b}, s)
-	if res.Status != vmrunner.StatusSucceeded {
-		t.Fatalf("result %+v; console:\n%s", res, runnertest.ReadLog(t, s, ConsoleLog))
-	}
-	if got := runnertest.ReadLog(t, s, guest.StdoutFile); got != "eth0\nlo\n" {
-		t.Errorf("guest interfaces = %q, want eth0 (the tap's peer) and lo", got)
 	}
 }
 
