@@ -312,6 +312,7 @@ func (g *Group) Usage() (Usage, error) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	u.Pids = cur
 	if cur > g.pidsSeen {
 		g.pidsSeen = cur
 	}

@@ -257,7 +257,7 @@ func TestV2Usage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Usage{PeakMemoryBytes: 1 << 20, CPUTime: 1500 * time.Microsecond, PidsPeak: 9, OOMKills: 2, ThrottledTime: 250 * time.Microsecond}
+	want := Usage{PeakMemoryBytes: 1 << 20, CPUTime: 1500 * time.Microsecond, PidsPeak: 9, OOMKills: 2, ThrottledTime: 250 * time.Microsecond, MemoryBytes: 4096, Pids: 3}
 	if u != want {
 		t.Errorf("usage = %+v, want %+v", u, want)
 	}
@@ -477,7 +477,7 @@ func TestV1Usage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Usage{PeakMemoryBytes: 2 << 20, CPUTime: 123456789, PidsPeak: 4, OOMKills: 1, ThrottledTime: 5 * time.Millisecond}
+	want := Usage{PeakMemoryBytes: 2 << 20, CPUTime: 123456789, PidsPeak: 4, OOMKills: 1, ThrottledTime: 5 * time.Millisecond, MemoryBytes: 4096, Pids: 4}
 	if u != want {
 		t.Errorf("usage = %+v, want %+v", u, want)
 	}

@@ -9,4 +9,8 @@ type Usage struct {
 	PidsPeak        int64         `json:"pidsPeak"`
 	OOMKills        int64         `json:"oomKills"`
 	ThrottledTime   time.Duration `json:"throttledNs"`
+	// MemoryBytes and Pids are the current figures, for a live sandbox's
+	// usage; a finished step's record keeps only the peaks.
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	Pids        int64 `json:"pids,omitempty"`
 }

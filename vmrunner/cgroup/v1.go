@@ -301,6 +301,7 @@ func (g *v1) usage() (Usage, int64, error) {
 		return u, 0, fmt.Errorf("incomplete statistics of %s: memory, cpu, cpuacct and pids are needed", g.rel)
 	}
 	u.PeakMemoryBytes = int64(m.Memory.Usage.Max)  // memory.max_usage_in_bytes
+	u.MemoryBytes = int64(m.Memory.Usage.Usage)    // memory.usage_in_bytes
 	u.OOMKills = int64(m.MemoryOomControl.OomKill) // oom_control's oom_kill, Linux 4.13+
 	u.CPUTime = time.Duration(m.CPU.Usage.Total)   // cpuacct.usage, ns
 	u.ThrottledTime = time.Duration(m.CPU.Throttling.ThrottledTime)

@@ -137,6 +137,7 @@ func (g *v2) usage() (Usage, int64, error) {
 		// memory.peak is Linux 5.19+ (0 when missing); before it only
 		// memory.current exists.
 		u.PeakMemoryBytes = int64(m.Memory.MaxUsage)
+		u.MemoryBytes = int64(m.Memory.Usage)
 		if u.PeakMemoryBytes == 0 {
 			u.PeakMemoryBytes = int64(m.Memory.Usage)
 		}
