@@ -27,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -74,6 +75,8 @@ type Info struct {
 	Mode fs.FileMode // permission bits
 	// Target is a symlink's target, as written; it is never resolved.
 	Target string
+	// ModTime is the last modification time.
+	ModTime time.Time
 }
 
 // Root is a directory the host chose (a workspace, a control directory)
@@ -165,7 +168,7 @@ func (r *Root) pathInfo(rel string) (Info, int, error) {
 	if err != nil {
 		return Info{}, -1, err
 	}
-	info := Info{Mode: fs.FileMode(st.Mode & 0o777)}
+	info := Info{Mode: fs.FileMode(st.Mode & 0o777), ModTime: time.Unix(st.Mtim.Unix()).UTC()}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		info.Kind, info.Size = File, st.Size

@@ -1,0 +1,232 @@
+package sandboxes
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/jobfs"
+	"github.com/agentsandbox/agentsandbox/record"
+)
+
+// The files API works on the sandbox's workspace on the host, beneath its
+// root and never through a symlink (internal/jobfs): the job controls
+// everything in it. Paths are workspace-relative and slash-separated.
+
+// cleanPath checks an API path: relative, no "..", no NUL.
+func cleanPath(p string, rootOK bool) (string, error) {
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", Errorf(CodeBadRequest, "path holds a NUL byte")
+	}
+	p = strings.TrimPrefix(p, "/workspace/")
+	if p == "" || p == "." || p == "/workspace" {
+		if rootOK {
+			return ".", nil
+		}
+		return "", Errorf(CodeBadRequest, "give a path inside the workspace, such as data/input.csv")
+	}
+	c := path.Clean(p)
+	if path.IsAbs(c) || c == ".." || strings.HasPrefix(c, "../") {
+		return "", Errorf(CodeBadRequest, "path %q leaves the workspace: give a path relative to /workspace", p)
+	}
+	return c, nil
+}
+
+// fsError sorts a jobfs error into the API's codes.
+func fsError(p string, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return &Error{Code: CodeNotFound, Message: fmt.Sprintf("%s: no such file or directory in the workspace", p), Err: err}
+	case errors.Is(err, jobfs.ErrSymlink):
+		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("%s: a symlink is on the way; the files API never follows one (use exec to work with links)", p), Err: err}
+	case errors.Is(err, jobfs.ErrOutside):
+		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("%s: leaves the workspace", p), Err: err}
+	case errors.Is(err, jobfs.ErrType):
+		return &Error{Code: CodeConflict, Message: fmt.Sprintf("%s: not a regular file or directory (a FIFO, socket or device); the files API does not open those", p), Err: err}
+	case errors.Is(err, jobfs.ErrLimit):
+		return &Error{Code: CodeTooLarge, Message: err.Error(), Err: err}
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return &Error{Code: CodeTooLarge, Message: fmt.Sprintf("%s: the sandbox's disk is full (resources.disk)", p), Err: err}
+	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTEMPTY):
+		return &Error{Code: CodeConflict, Message: fmt.Sprintf("%s: %v", p, err), Err: err}
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	return &Error{Code: CodeInternal, Message: fmt.Sprintf("%s: %v", p, err), Err: err}
+}
+
+func (m *manager) root(id string) (*box, *jobfs.Root, error) {
+	b, err := m.live(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := jobfs.Open(b.workspacePath())
+	if err != nil {
+		return nil, nil, fsError(".", err)
+	}
+	return b, r, nil
+}
+
+func fileInfo(p string, i jobfs.Info) FileInfo {
+	t := "other"
+	switch i.Kind {
+	case jobfs.File:
+		t = "file"
+	case jobfs.Dir:
+		t = "dir"
+	case jobfs.Symlink:
+		t = "symlink"
+	}
+	return FileInfo{Path: p, Type: t, Size: i.Size, Mode: fmt.Sprintf("%04o", uint32(i.Mode.Perm())), ModTime: i.ModTime}
+}
+
+func (m *manager) PutFile(ctx context.Context, id, p string, r io.Reader, mode uint32) (FileInfo, error) {
+	p, err := cleanPath(p, false)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	if mode == 0 {
+		mode = 0o644
+	}
+	if mode&^0o777 != 0 {
+		return FileInfo{}, Errorf(CodeBadRequest, "mode %o: give permission bits only, such as 0644 or 0755", mode)
+	}
+	b, root, err := m.root(id)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	defer root.Close()
+	if dir := path.Dir(p); dir != "." {
+		if err := root.MkdirAll(dir, 0o755, guest.DefaultUID, guest.DefaultGID); err != nil {
+			return FileInfo{}, fsError(dir, err)
+		}
+	}
+	f, err := root.CreateFile(p, fs.FileMode(mode), guest.DefaultUID, guest.DefaultGID)
+	if err != nil {
+		return FileInfo{}, fsError(p, err)
+	}
+	h := sha256.New()
+	lr := &io.LimitedReader{R: r, N: MaxFileBytes + 1}
+	// The bytes go to the file, the hash and the blob store at once: the
+	// record keeps what was written.
+	d, n, perr := b.sb.Store().PutBlob(io.TeeReader(io.TeeReader(lr, h), f))
+	cerr := f.Close()
+	switch {
+	case perr != nil:
+		return FileInfo{}, fsError(p, perr)
+	case cerr != nil:
+		return FileInfo{}, fsError(p, cerr)
+	case n > MaxFileBytes:
+		_ = root.Remove(p, false)
+		return FileInfo{}, Errorf(CodeTooLarge, "%s: over %d bytes, the most one put takes", p, int64(MaxFileBytes))
+	}
+	info, err := root.Lstat(p)
+	if err != nil {
+		return FileInfo{}, fsError(p, err)
+	}
+	fi := fileInfo(p, info)
+	fi.SHA256 = hex.EncodeToString(h.Sum(nil))
+	b.touch()
+	b.addEntry(record.Action{Kind: "file_put", Time: time.Now().UTC(), Path: p, File: &d, Size: n}, fmt.Sprintf("put %s (%d bytes)", p, n))
+	return fi, nil
+}
+
+func (m *manager) GetFile(ctx context.Context, id, p string, w io.Writer) (FileInfo, error) {
+	p, err := cleanPath(p, false)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	b, root, err := m.root(id)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	defer root.Close()
+	f, info, err := root.OpenFile(p)
+	if err != nil {
+		return FileInfo{}, fsError(p, err)
+	}
+	defer f.Close()
+	if info.Size > MaxFileBytes {
+		return FileInfo{}, Errorf(CodeTooLarge, "%s: %d bytes, over %d, the most one get returns; read it in parts with exec (split, head -c)", p, info.Size, int64(MaxFileBytes))
+	}
+	if _, err := io.Copy(w, io.LimitReader(f, MaxFileBytes)); err != nil {
+		return FileInfo{}, err
+	}
+	b.touch()
+	return fileInfo(p, info), nil
+}
+
+func (m *manager) Stat(ctx context.Context, id, p string) (FileInfo, error) {
+	p, err := cleanPath(p, true)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	_, root, err := m.root(id)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	defer root.Close()
+	info, err := root.Lstat(p)
+	if err != nil {
+		return FileInfo{}, fsError(p, err)
+	}
+	return fileInfo(p, info), nil
+}
+
+// maxList bounds one listing.
+const maxList = 10000
+
+func (m *manager) ListFiles(ctx context.Context, id, dir string) ([]FileInfo, error) {
+	dir, err := cleanPath(dir, true)
+	if err != nil {
+		return nil, err
+	}
+	_, root, err := m.root(id)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	names, err := root.ReadDir(dir, maxList)
+	if err != nil {
+		return nil, fsError(dir, err)
+	}
+	out := []FileInfo{}
+	for _, n := range names {
+		p := path.Join(dir, n)
+		info, err := root.Lstat(p)
+		if err != nil {
+			continue // gone meanwhile, or a FIFO or device: not listed
+		}
+		out = append(out, fileInfo(p, info))
+	}
+	return out, nil
+}
+
+func (m *manager) RemoveFile(ctx context.Context, id, p string, recursive bool) error {
+	p, err := cleanPath(p, false)
+	if err != nil {
+		return err
+	}
+	b, root, err := m.root(id)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if err := root.Remove(p, recursive); err != nil {
+		return fsError(p, err)
+	}
+	b.touch()
+	b.addEntry(record.Action{Kind: "file_remove", Time: time.Now().UTC(), Path: p}, "remove "+p)
+	return nil
+}

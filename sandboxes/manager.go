@@ -1,0 +1,364 @@
+package sandboxes
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/engine"
+	"github.com/agentsandbox/agentsandbox/policy"
+	"github.com/agentsandbox/agentsandbox/record"
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+// Options configure the manager.
+type Options struct {
+	// Engine is what every sandbox is opened with: policy, host facts,
+	// backends (the namespace backend holds sessions), store, run root,
+	// host state directory, Nix realiser, input fetcher, tool version.
+	// WorkflowPath and WorkflowBytes are set per sandbox.
+	Engine engine.Options
+	// TemplateDir holds the workflow files a spec may name as templates;
+	// empty refuses templates.
+	TemplateDir string
+	// MaxSandboxes bounds the running sandboxes (default 32).
+	MaxSandboxes int
+	// DefaultTTL and DefaultIdle apply when a spec gives none (1h, 15m);
+	// MaxTTL bounds any TTL asked for (24h).
+	DefaultTTL, DefaultIdle, MaxTTL time.Duration
+	// LogLimit is the most of each exec's stream the record keeps
+	// (default engine.DefaultLogLimit).
+	LogLimit int64
+	// Logf reports what happens in the background (expiries).
+	Logf func(format string, args ...any)
+	// ReapEvery is how often expiry and idleness are checked (1s).
+	ReapEvery time.Duration
+}
+
+// Manager is the real Manager: sandboxes opened through the engine.
+type manager struct {
+	o Options
+
+	mu      sync.Mutex
+	boxes   map[string]*box
+	closing bool
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// New starts a manager and its reaper of expired and idle sandboxes.
+func New(o Options) (Manager, error) {
+	if o.Engine.Store == nil || o.Engine.Policy == nil {
+		return nil, errors.New("sandboxes: the engine options need a record store and a policy")
+	}
+	if o.MaxSandboxes <= 0 {
+		o.MaxSandboxes = 32
+	}
+	if o.DefaultTTL <= 0 {
+		o.DefaultTTL = time.Hour
+	}
+	if o.DefaultIdle <= 0 {
+		o.DefaultIdle = 15 * time.Minute
+	}
+	if o.MaxTTL <= 0 {
+		o.MaxTTL = 24 * time.Hour
+	}
+	if o.LogLimit <= 0 {
+		o.LogLimit = engine.DefaultLogLimit
+	}
+	if o.ReapEvery <= 0 {
+		o.ReapEvery = time.Second
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	m := &manager{o: o, boxes: map[string]*box{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go m.reap()
+	return m, nil
+}
+
+func newID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
+	ttl, idle := s.TTL.D(), s.IdleTimeout.D()
+	if ttl == 0 {
+		ttl = m.o.DefaultTTL
+	}
+	if idle == 0 {
+		idle = m.o.DefaultIdle
+	}
+	if ttl > m.o.MaxTTL {
+		return Info{}, Errorf(CodeBadRequest, "ttl %s is over this server's maximum %s", ttl, m.o.MaxTTL)
+	}
+	for k := range s.Labels {
+		if k == "" || len(k) > 63 {
+			return Info{}, Errorf(CodeBadRequest, "label key %q: want 1 to 63 characters", k)
+		}
+	}
+	id, err := newID()
+	if err != nil {
+		return Info{}, err
+	}
+	w, raw, filename, err := specWorkflow(s, id, m.o.TemplateDir)
+	if err != nil {
+		return Info{}, err
+	}
+	m.mu.Lock()
+	switch {
+	case m.closing:
+		m.mu.Unlock()
+		return Info{}, Errorf(CodeStopped, "the server is stopping")
+	case m.running() >= m.o.MaxSandboxes:
+		m.mu.Unlock()
+		return Info{}, Errorf(CodeLimit, "this server already runs %d sandboxes, its limit; kill one (DELETE /v1/sandboxes/ID) first", m.o.MaxSandboxes)
+	}
+	// Reserve the place while the sandbox is being opened.
+	b := &box{m: m, id: id, execs: map[string]*execState{}}
+	m.boxes[id] = b
+	m.mu.Unlock()
+
+	eo := m.o.Engine
+	eo.WorkflowPath, eo.WorkflowBytes = filename, raw
+	eo.Events = nil
+	sb, err := engine.OpenSandbox(ctx, w, id, eo)
+	if err != nil {
+		m.mu.Lock()
+		delete(m.boxes, id)
+		m.mu.Unlock()
+		return Info{}, openError(err)
+	}
+	now := time.Now().UTC()
+	b.mu.Lock()
+	b.sb = sb
+	b.labels = maps.Clone(s.Labels)
+	b.info = Info{
+		ID: id, State: StateRunning, Isolation: string(sb.Step.Isolation), Labels: maps.Clone(s.Labels),
+		Created: now, ExpiresAt: now.Add(ttl), IdleTimeout: Duration(idle), LastActive: now,
+		Step: canonicalStep(sb.Step),
+	}
+	if b.info.Labels == nil {
+		b.info.Labels = map[string]string{}
+	}
+	info := b.info
+	b.mu.Unlock()
+	return info, nil
+}
+
+// openError sorts an error of engine.OpenSandbox into the API's codes: a
+// policy denial is 403 with its decision id, a bad spec 400, the rest the
+// host's failure.
+func openError(err error) error {
+	var denied *policy.DeniedError
+	if errors.As(err, &denied) {
+		return &Error{Code: CodeDenied, Message: err.Error(), Decision: denied.Decision.ID.String(), Err: err}
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	if errors.Is(err, engine.ErrNoNix) {
+		return &Error{Code: CodeBadRequest, Message: err.Error(), Err: err}
+	}
+	return &Error{Code: CodeInternal, Message: "open the sandbox: " + err.Error(), Err: err}
+}
+
+func canonicalStep(s workflow.Step) any {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil
+	}
+	var v any
+	_ = json.Unmarshal(b, &v)
+	return v
+}
+
+// running counts the sandboxes not stopped; m.mu is held.
+func (m *manager) running() int {
+	n := 0
+	for _, b := range m.boxes {
+		if !b.stopped() {
+			n++
+		}
+	}
+	return n
+}
+
+func (m *manager) box(id string) (*box, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.boxes[id]
+	if !ok {
+		return nil, Errorf(CodeNotFound, "no sandbox %q on this server (GET /v1/sandboxes lists them)", id)
+	}
+	return b, nil
+}
+
+// live returns a running, opened sandbox for an action, marking it active.
+func (m *manager) live(id string) (*box, error) {
+	b, err := m.box(id)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sb == nil {
+		return nil, Errorf(CodeConflict, "sandbox %s is still being created", id)
+	}
+	if b.info.State != StateRunning {
+		return nil, Errorf(CodeConflict, "sandbox %s is stopped (%s); its record is %s", id, b.info.Ended, b.info.Record)
+	}
+	b.info.LastActive = time.Now().UTC()
+	return b, nil
+}
+
+func (m *manager) Get(ctx context.Context, id string) (Info, error) {
+	b, err := m.box(id)
+	if err != nil {
+		return Info{}, err
+	}
+	return b.snapshot(), nil
+}
+
+func (m *manager) List(ctx context.Context, labels map[string]string) ([]Info, error) {
+	m.mu.Lock()
+	bs := slices.Collect(maps.Values(m.boxes))
+	m.mu.Unlock()
+	out := []Info{}
+	for _, b := range bs {
+		info := b.snapshot()
+		if info.ID == "" {
+			continue // still being created
+		}
+		match := true
+		for k, v := range labels {
+			if info.Labels[k] != v {
+				match = false
+			}
+		}
+		if match {
+			out = append(out, info)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out, nil
+}
+
+func (m *manager) Extend(ctx context.Context, id string, ttl, idle time.Duration) (Info, error) {
+	b, err := m.live(id)
+	if err != nil {
+		return Info{}, err
+	}
+	if ttl > m.o.MaxTTL {
+		return Info{}, Errorf(CodeBadRequest, "ttl %s is over this server's maximum %s", ttl, m.o.MaxTTL)
+	}
+	b.mu.Lock()
+	if ttl > 0 {
+		b.info.ExpiresAt = time.Now().UTC().Add(ttl)
+	}
+	if idle > 0 {
+		b.info.IdleTimeout = Duration(idle)
+	}
+	b.mu.Unlock()
+	return b.snapshot(), nil
+}
+
+func (m *manager) Kill(ctx context.Context, id string) (Info, error) {
+	b, err := m.box(id)
+	if err != nil {
+		return Info{}, err
+	}
+	if err := b.kill(ctx, "killed"); err != nil {
+		return b.snapshot(), &Error{Code: CodeInternal, Message: fmt.Sprintf("kill sandbox %s: %v (agentsandbox gc removes what is left)", id, err), Err: err}
+	}
+	return b.snapshot(), nil
+}
+
+// Close kills every sandbox and stops the reaper.
+func (m *manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closing {
+		m.mu.Unlock()
+		<-m.done
+		return nil
+	}
+	m.closing = true
+	bs := slices.Collect(maps.Values(m.boxes))
+	m.mu.Unlock()
+	close(m.stop)
+	<-m.done
+	var errs []error
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, b := range bs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := b.kill(ctx, "server stopped"); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("sandbox %s: %w", b.id, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// reap stops sandboxes past their expiry, idle past their timeout (with
+// no command running), or whose sandbox ended on its own.
+func (m *manager) reap() {
+	defer close(m.done)
+	t := time.NewTicker(m.o.ReapEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		bs := slices.Collect(maps.Values(m.boxes))
+		m.mu.Unlock()
+		now := time.Now()
+		for _, b := range bs {
+			if why := b.expired(now); why != "" {
+				m.o.Logf("sandbox %s: %s", b.id, why)
+				if err := b.kill(context.Background(), why); err != nil {
+					m.o.Logf("sandbox %s: stop: %v", b.id, err)
+				}
+			}
+		}
+	}
+}
+
+// addEntry appends an action into a record entry: its blob and a summary.
+func (b *box) addEntry(a record.Action, summary string) {
+	raw, err := json.Marshal(a)
+	if err != nil {
+		return
+	}
+	d, _, err := b.sb.Store().PutBlob(bytesReader(raw))
+	if err != nil {
+		b.m.o.Logf("sandbox %s: store an entry of its record: %v", b.id, err)
+		return
+	}
+	b.mu.Lock()
+	b.seq++
+	b.entries = append(b.entries, record.Entry{Seq: b.seq, Time: a.Time, Kind: a.Kind, Digest: d, Summary: summary})
+	b.mu.Unlock()
+}
