@@ -265,3 +265,14 @@ func (g *Gateway) Log() []byte {
 	defer g.mu.Unlock()
 	return append([]byte(nil), g.log...)
 }
+
+// Stats are the proxy's totals so far: connections and bytes each way.
+func (g *Gateway) Stats() proxy.Stats {
+	g.mu.Lock()
+	p := g.proxy
+	g.mu.Unlock()
+	if p == nil {
+		return proxy.Stats{}
+	}
+	return p.Stats()
+}
