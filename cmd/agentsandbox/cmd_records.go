@@ -151,6 +151,12 @@ func runRecordsShow(_ context.Context, stdio Stdio, opts recordsOptions, args []
 	for _, in := range r.Inputs {
 		fmt.Fprintf(out, "input     %s %s %s\n", in.Name, in.Digest, in.Source)
 	}
+	if sb := r.Sandbox; sb != nil {
+		fmt.Fprintf(out, "sandbox   %s, ended: %s, %d actions\n", sb.ID, sb.Ended, len(sb.Entries))
+		for _, e := range sb.Entries {
+			fmt.Fprintf(out, "  %3d %s  %-11s %s  (%s)\n", e.Seq, e.Time.Local().Format("15:04:05.000"), e.Kind, e.Summary, e.Digest)
+		}
+	}
 	for _, st := range r.Steps {
 		fmt.Fprintf(out, "\nstep %s: %s", st.Name, st.Status)
 		if st.Detail != "" {
