@@ -188,7 +188,9 @@ func gcRuns(h host, runRoot string) (removed []string, err error) {
 		dir := filepath.Join(runRoot, e.Name())
 		var owner State
 		b, err := os.ReadFile(filepath.Join(dir, OwnerFile))
-		if err == nil {
+		// An empty owner file is what a crash leaves of one that was
+		// never synced (WriteOwner): its owner is gone.
+		if err == nil && len(b) > 0 {
 			if err := json.Unmarshal(b, &owner); err != nil {
 				errs = append(errs, fmt.Errorf("gc run %s: read owner: %w", dir, err))
 				continue

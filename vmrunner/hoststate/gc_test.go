@@ -286,3 +286,32 @@ func TestGCTemplatesBesideRuns(t *testing.T) {
 		t.Errorf("removed = %q, want %q", removed, want)
 	}
 }
+
+// TestGCRunsOwnerFileAfterCrash: an empty owner file (what a crash leaves
+// of one never synced) is a dead owner; one that holds something else is
+// reported and its directory left alone.
+func TestGCRunsOwnerFileAfterCrash(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty, garbled := filepath.Join(root, "empty"), filepath.Join(root, "garbled")
+	for d, content := range map[string]string{empty: "", garbled: "{not json"} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, OwnerFile), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removed, err := gc(&fakeHost{}, t.TempDir(), root)
+	if err == nil || !strings.Contains(err.Error(), "read owner") {
+		t.Errorf("gc: %v, want the garbled owner reported", err)
+	}
+	if want := []string{"dir " + empty}; !reflect.DeepEqual(removed, want) {
+		t.Errorf("removed = %q, want %q", removed, want)
+	}
+	if _, err := os.Stat(garbled); err != nil {
+		t.Errorf("the run with a garbled owner file went: %v", err)
+	}
+}
