@@ -13,6 +13,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 )
@@ -42,6 +43,8 @@ func fileError(op, p string, err error) error {
 	switch {
 	case errors.As(err, &e):
 		return err
+	case errors.Is(err, syscall.ENOTEMPTY):
+		return sandboxes.Errorf(sandboxes.CodeConflict, "%s %q: the directory is not empty; remove it recursively", op, p)
 	case errors.Is(err, fs.ErrNotExist):
 		return sandboxes.Errorf(sandboxes.CodeNotFound, "%s %q: no such file in the workspace", op, p)
 	case errors.Is(err, fs.ErrExist):
@@ -52,8 +55,6 @@ func fileError(op, p string, err error) error {
 		return sandboxes.Errorf(sandboxes.CodeConflict, "%s %q: it is a directory", op, p)
 	case strings.Contains(err.Error(), "not a directory"):
 		return sandboxes.Errorf(sandboxes.CodeConflict, "%s %q: a part of the path is not a directory", op, p)
-	case strings.Contains(err.Error(), "directory not empty"):
-		return sandboxes.Errorf(sandboxes.CodeConflict, "%s %q: the directory is not empty; remove it recursively", op, p)
 	}
 	return sandboxes.Errorf(sandboxes.CodeInternal, "%s %q: %w", op, p, err)
 }

@@ -1,0 +1,284 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime/debug"
+	"strings"
+
+	"github.com/agentsandbox/agentsandbox/sandboxes"
+)
+
+// ErrorBody is every error answer: {"error": {...}}.
+type ErrorBody struct {
+	Error sandboxes.Error `json:"error"`
+}
+
+// Health is the answer of GET /v1/health.
+type Health struct {
+	OK      bool   `json:"ok"`
+	Version string `json:"version"`
+}
+
+// SandboxList is the answer of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes []sandboxes.Info `json:"sandboxes"`
+}
+
+// FileList is the answer of GET /v1/sandboxes/{id}/ls.
+type FileList struct {
+	Files []sandboxes.FileInfo `json:"files"`
+}
+
+// ExtendRequest is the body of POST /v1/sandboxes/{id}/extend; a zero
+// field leaves that limit as it is.
+type ExtendRequest struct {
+	TTL         sandboxes.Duration `json:"ttl,omitempty"`
+	IdleTimeout sandboxes.Duration `json:"idleTimeout,omitempty"`
+}
+
+// SignalRequest is the body of POST .../execs/{execId}/signal.
+type SignalRequest struct {
+	Signal string `json:"signal"`
+}
+
+// Status is the HTTP status of an error code.
+func Status(c sandboxes.Code) int {
+	switch c {
+	case sandboxes.CodeBadRequest:
+		return http.StatusBadRequest
+	case sandboxes.CodeAuth:
+		return http.StatusUnauthorized
+	case sandboxes.CodeDenied:
+		return http.StatusForbidden
+	case sandboxes.CodeNotFound:
+		return http.StatusNotFound
+	case sandboxes.CodeConflict:
+		return http.StatusConflict
+	case sandboxes.CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case sandboxes.CodeLimit:
+		return http.StatusTooManyRequests
+	case sandboxes.CodeUnsupport:
+		return http.StatusNotImplemented
+	case sandboxes.CodeStopped:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// errorBody is err as an answer: an *Error as it is, any other error as
+// an internal one.
+func errorBody(err error) ErrorBody {
+	var e *sandboxes.Error
+	if errors.As(err, &e) {
+		return ErrorBody{Error: sandboxes.Error{Code: e.Code, Message: e.Message, Decision: e.Decision}}
+	}
+	return ErrorBody{Error: sandboxes.Error{Code: sandboxes.CodeInternal, Message: err.Error()}}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	b := errorBody(err)
+	writeJSON(w, Status(b.Error.Code), b)
+}
+
+func badRequest(format string, a ...any) error {
+	return sandboxes.Errorf(sandboxes.CodeBadRequest, format, a...)
+}
+
+// decode reads a JSON body of at most MaxBodyBytes into v, strictly: an
+// unknown field or trailing data is an error. An empty body leaves v as
+// it is.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	what := fmt.Sprintf("%T", v)
+	what = what[strings.LastIndex(what, ".")+1:]
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.o.MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == io.EOF {
+		return nil
+	}
+	if err == nil {
+		if err = dec.Decode(&json.RawMessage{}); err == io.EOF {
+			return nil
+		}
+		if err == nil {
+			return badRequest("request body: more than one JSON value; send one %s object", what)
+		}
+	}
+	var (
+		mbe  *http.MaxBytesError
+		syn  *json.SyntaxError
+		typ  *json.UnmarshalTypeError
+		serr *sandboxes.Error
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return sandboxes.Errorf(sandboxes.CodeTooLarge, "request body: larger than %d bytes, the most this server takes for JSON", mbe.Limit)
+	case errors.As(err, &syn):
+		return badRequest("request body: not valid JSON at byte %d (%v); send one %s object", syn.Offset, syn, what)
+	case errors.As(err, &typ):
+		return badRequest("request body: field %q of %s: want a JSON %s, got %s", typ.Field, what, jsonKind(typ.Type.Kind().String()), typ.Value)
+	case errors.As(err, &serr):
+		return err
+	case err == io.ErrUnexpectedEOF:
+		return badRequest("request body: the JSON ends too early; send one complete %s object", what)
+	}
+	return badRequest("request body: %v (a %s object; see GET /openapi.json)", err, what)
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "string"
+	case "slice", "array":
+		return "array"
+	case "map", "struct", "ptr":
+		return "object"
+	case "bool":
+		return "boolean"
+	}
+	return "number"
+}
+
+// respWriter remembers whether the answer has begun, so that a failure
+// after that does not try to write an error status.
+type respWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *respWriter) WriteHeader(code int) {
+	w.wrote = true
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *respWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *respWriter) Flush() error {
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *respWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// muxWriter answers in JSON what the mux itself would answer in text:
+// no route (404), a method not allowed (405) and its redirects to a
+// canonical path. The routes' own answers set their Content-Type first.
+type muxWriter struct {
+	*respWriter
+	r        *http.Request
+	replaced bool
+}
+
+func (w *muxWriter) WriteHeader(code int) {
+	if w.replaced {
+		return
+	}
+	h := w.Header()
+	if h.Get("Content-Type") == "application/json" || (code != http.StatusNotFound && code != http.StatusMethodNotAllowed && (code < 300 || code > 399)) {
+		w.respWriter.WriteHeader(code)
+		return
+	}
+	w.replaced = true
+	loc := h.Get("Location")
+	for _, k := range []string{"Location", "Content-Type", "X-Content-Type-Options"} {
+		h.Del(k)
+	}
+	m, p := w.r.Method, w.r.URL.Path
+	switch {
+	case code == http.StatusMethodNotAllowed:
+		writeJSON(w.respWriter, code, ErrorBody{Error: sandboxes.Error{Code: sandboxes.CodeBadRequest,
+			Message: fmt.Sprintf("method %s is not allowed on %s: use %s", m, p, h.Get("Allow"))}})
+	case loc != "":
+		writeError(w.respWriter, sandboxes.Errorf(sandboxes.CodeNotFound, "no route %s %s: did you mean %s? (the routes are in GET /openapi.json)", m, p, loc))
+	default:
+		writeError(w.respWriter, sandboxes.Errorf(sandboxes.CodeNotFound, "no route %s %s: the routes are in GET /openapi.json", m, p))
+	}
+}
+
+func (w *muxWriter) Write(b []byte) (int, error) {
+	if !w.respWriter.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.replaced {
+		return len(b), nil
+	}
+	return w.respWriter.Write(b)
+}
+
+// uncleanPath says whether an URL path has empty, "." or ".." segments
+// (which the mux would answer with a redirect).
+func uncleanPath(p string) bool {
+	if !strings.HasPrefix(p, "/") {
+		return true
+	}
+	segs := strings.Split(p[1:], "/")
+	for i, seg := range segs {
+		if seg == "." || seg == ".." || (seg == "" && i != len(segs)-1) {
+			return true
+		}
+	}
+	return false
+}
+
+// public routes take no part in the per-client limit.
+var public = map[string]bool{"GET /openapi.json": true, "GET /v1/health": true}
+
+// serve is the server's handler: recovery, drain accounting,
+// authentication, the per-client limit and JSON answers for what the mux
+// would answer in text.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	rw := &respWriter{ResponseWriter: w}
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		if v == http.ErrAbortHandler {
+			panic(v)
+		}
+		s.o.Logf("panic serving %s %s: %v\n%s", r.Method, r.URL.Path, v, debug.Stack())
+		if rw.wrote {
+			panic(http.ErrAbortHandler) // cut the answer short: the client sees it is incomplete
+		}
+		writeError(rw, sandboxes.Errorf(sandboxes.CodeInternal, "the server failed on %s %s (a bug: report it with the server's log)", r.Method, r.URL.Path))
+	}()
+	if !s.enter() {
+		writeError(rw, sandboxes.Errorf(sandboxes.CodeStopped, "the server is shutting down: retry against a new server"))
+		return
+	}
+	defer s.leave()
+	key, err := s.authenticate(r)
+	if err != nil {
+		rw.Header().Set("WWW-Authenticate", `Bearer realm="agentsandbox"`)
+		writeError(rw, err)
+		return
+	}
+	if uncleanPath(r.URL.Path) {
+		writeError(rw, badRequest("path %q has an empty, \".\" or \"..\" segment: send a canonical path; workspace paths are relative and stay in the workspace", r.URL.Path))
+		return
+	}
+	_, pattern := s.mux.Handler(r)
+	if !public[pattern] {
+		if !s.acquire(key) {
+			writeError(rw, sandboxes.Errorf(sandboxes.CodeLimit, "%d requests of this client are in flight, the most this server allows: wait for one to finish", s.o.MaxConcurrentPerClient))
+			return
+		}
+		defer s.release(key)
+	}
+	s.mux.ServeHTTP(&muxWriter{respWriter: rw, r: r}, r)
+}

@@ -1,0 +1,321 @@
+// Package server is the REST server of `agentsandbox serve`: it serves a
+// sandboxes.Manager over HTTP on a unix socket (whose permissions are the
+// authentication) and, with a bearer token, on TCP.
+//
+// The routes, their bodies and their answers are described by the OpenAPI
+// 3.1 document openapi.json (served at GET /openapi.json, and checked
+// against the routes and the types of package sandboxes by the tests) and
+// by docs/api.md. Errors are JSON, {"error": {"code", "message",
+// "decision"}}, with the HTTP status of the code; exec output is NDJSON (or
+// Server-Sent Events), one sandboxes.ExecEvent per line, flushed as it
+// comes.
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentsandbox/agentsandbox/sandboxes"
+)
+
+//go:embed openapi.json
+var openAPI []byte
+
+// OpenAPI is the OpenAPI 3.1 document of the API.
+func OpenAPI() []byte { return append([]byte(nil), openAPI...) }
+
+// Defaults of Options.
+const (
+	DefaultMaxBodyBytes           = 1 << 20
+	DefaultMaxConcurrentPerClient = 16
+)
+
+// Options configure a Server.
+type Options struct {
+	Manager sandboxes.Manager
+	// Token is the bearer token TCP clients must send (Authorization:
+	// Bearer TOKEN). It is required to serve TCP; requests on the unix
+	// socket need none.
+	Token string
+	// MaxBodyBytes bounds a JSON request body (default 1 MiB). File
+	// bodies are bounded by sandboxes.MaxFileBytes.
+	MaxBodyBytes int64
+	// MaxConcurrentPerClient bounds the requests one client has in flight
+	// (default 16); more are answered 429. A client is the bearer token
+	// on TCP and the peer's uid on the unix socket.
+	MaxConcurrentPerClient int
+	// Version is what GET /v1/health reports.
+	Version string
+	// Logf logs what the server cannot tell a client (nil: silent).
+	Logf func(format string, args ...any)
+}
+
+// Server serves a Manager over HTTP.
+type Server struct {
+	o         Options
+	mux       *http.ServeMux
+	handler   http.Handler
+	patterns  []string // as registered, in order
+	fileLimit int64    // tests lower sandboxes.MaxFileBytes
+
+	mu       sync.Mutex
+	closing  bool
+	inflight int
+	idle     chan struct{} // closed when inflight drops to 0 while closing
+	perKey   map[string]int
+	servers  []*http.Server
+	cancel   context.CancelFunc // of the requests' base context
+	baseCtx  context.Context
+	shutdown bool
+}
+
+// New checks o and returns a Server.
+func New(o Options) (*Server, error) {
+	if o.Manager == nil {
+		return nil, errors.New("server: Options.Manager is nil: give the server a sandboxes.Manager")
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.MaxConcurrentPerClient <= 0 {
+		o.MaxConcurrentPerClient = DefaultMaxConcurrentPerClient
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	s := &Server{o: o, mux: http.NewServeMux(), perKey: map[string]int{}}
+	s.baseCtx, s.cancel = context.WithCancel(context.Background())
+	s.routes()
+	s.handler = http.HandlerFunc(s.serve)
+	return s, nil
+}
+
+// Handler is the server's handler. Requests that do not come through
+// ServeUnix (or Serve on a unix listener) need the bearer token.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// connKey is the context key of a connection's peer.
+type connKey struct{}
+
+// peer is who is on the other end of a connection.
+type peer struct {
+	unix bool
+	uid  int // -1 when unknown
+}
+
+func (s *Server) connContext(ctx context.Context, c net.Conn) context.Context {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return ctx
+	}
+	p := peer{unix: true, uid: -1}
+	if raw, err := uc.SyscallConn(); err == nil {
+		raw.Control(func(fd uintptr) {
+			if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+				p.uid = int(cred.Uid)
+			}
+		})
+	}
+	return context.WithValue(ctx, connKey{}, p)
+}
+
+// ListenUnix creates the unix socket at path, mode 0600 and owned by the
+// caller. It refuses to replace a file that is not a socket, and removes
+// a socket left by a server that is gone (nobody answers on it).
+func ListenUnix(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("listen on %s: a file that is not a socket is there; remove it or choose another path", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("listen on %s: another server answers on this socket; stop it or choose another path", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("listen on %s: remove the stale socket: %w", path, err)
+		}
+	}
+	// The umask makes the socket 0600 from its creation, with no window
+	// in which another user could connect.
+	old := syscall.Umask(0o177)
+	l, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// ServeUnix serves on a unix socket at path (see ListenUnix) until
+// Shutdown. Its requests need no token.
+func (s *Server) ServeUnix(path string) error {
+	l, err := ListenUnix(path)
+	if err != nil {
+		return err
+	}
+	return s.Serve(l)
+}
+
+// ServeTCP serves on addr until Shutdown; it refuses to start without a
+// token.
+func (s *Server) ServeTCP(addr string) error {
+	if s.o.Token == "" {
+		return errors.New("serve on TCP: no token: TCP clients must authenticate; give a token, or serve on a unix socket only")
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("serve on TCP: %w", err)
+	}
+	return s.Serve(l)
+}
+
+// Serve serves on l until Shutdown, then returns nil. Connections of a
+// unix listener need no token; others need the token, and Serve refuses a
+// TCP listener without one.
+func (s *Server) Serve(l net.Listener) error {
+	if _, ok := l.(*net.UnixListener); !ok && s.o.Token == "" {
+		l.Close()
+		return fmt.Errorf("serve on %s: no token: TCP clients must authenticate; give a token, or serve on a unix socket only", l.Addr())
+	}
+	hs := &http.Server{
+		Handler:           s.handler,
+		ConnContext:       s.connContext,
+		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          nil,
+	}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		l.Close()
+		return http.ErrServerClosed
+	}
+	s.servers = append(s.servers, hs)
+	s.mu.Unlock()
+	err := hs.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting, lets the requests in flight finish until ctx
+// is done (then cancels them), and closes the Manager.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if s.shutdown {
+		s.mu.Unlock()
+		return errors.New("server: Shutdown was already called")
+	}
+	s.shutdown, s.closing = true, true
+	servers := s.servers
+	var idle chan struct{}
+	if s.inflight > 0 {
+		idle = make(chan struct{})
+		s.idle = idle
+	}
+	s.mu.Unlock()
+
+	var errs []error
+	for _, hs := range servers {
+		if err := hs.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop serving: %w", err))
+		}
+	}
+	if idle != nil {
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("wait for the requests in flight: %w", ctx.Err()))
+		}
+	}
+	s.cancel()
+	for _, hs := range servers {
+		hs.Close()
+	}
+	// The manager gets its own time to stop the sandboxes, even if ctx
+	// ran out waiting for the requests.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := s.o.Manager.Close(mctx); err != nil {
+		errs = append(errs, fmt.Errorf("close the sandboxes: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// enter counts a request in flight, unless the server is closing.
+func (s *Server) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.inflight++
+	return true
+}
+
+func (s *Server) leave() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight--
+	if s.inflight == 0 && s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
+}
+
+// acquire takes one of key's concurrent slots.
+func (s *Server) acquire(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.perKey[key] >= s.o.MaxConcurrentPerClient {
+		return false
+	}
+	s.perKey[key]++
+	return true
+}
+
+func (s *Server) release(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.perKey[key]--; s.perKey[key] <= 0 {
+		delete(s.perKey, key)
+	}
+}
+
+// authenticate returns the request's client key, or an error.
+func (s *Server) authenticate(r *http.Request) (string, error) {
+	if p, ok := r.Context().Value(connKey{}).(peer); ok && p.unix {
+		return "uid:" + strconv.Itoa(p.uid), nil
+	}
+	if s.o.Token == "" {
+		return "", sandboxes.Errorf(sandboxes.CodeAuth, "this server takes requests on its unix socket only: connect with curl --unix-socket PATH")
+	}
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok {
+		return "", sandboxes.Errorf(sandboxes.CodeAuth, "no bearer token: send the header \"Authorization: Bearer TOKEN\" with the server's token")
+	}
+	if subtle.ConstantTimeCompare([]byte(tok), []byte(s.o.Token)) != 1 {
+		return "", sandboxes.Errorf(sandboxes.CodeAuth, "wrong bearer token: send the token the server was started with")
+	}
+	return "token", nil
+}
