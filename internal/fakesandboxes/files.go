@@ -43,6 +43,8 @@ func fileError(op, p string, err error) error {
 	switch {
 	case errors.As(err, &e):
 		return err
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		return sandboxes.Errorf(sandboxes.CodeBadRequest, "%s %q: a name on the path is too long", op, p)
 	case errors.Is(err, syscall.ENOTEMPTY):
 		return sandboxes.Errorf(sandboxes.CodeConflict, "%s %q: the directory is not empty; remove it recursively", op, p)
 	case errors.Is(err, fs.ErrNotExist):

@@ -1,0 +1,94 @@
+package fakesandboxes
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/sandboxes"
+)
+
+func code(err error) sandboxes.Code {
+	if err == nil {
+		return ""
+	}
+	return sandboxes.CodeOf(err)
+}
+
+func TestLifetime(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := New(t.TempDir())
+	m.Now = func() time.Time { return now }
+	ctx := context.Background()
+	a, _ := m.Create(ctx, sandboxes.Spec{TTL: sandboxes.Duration(time.Hour), IdleTimeout: sandboxes.Duration(10 * time.Minute)})
+	b, _ := m.Create(ctx, sandboxes.Spec{})
+	now = now.Add(11 * time.Minute)
+	if i, _ := m.Get(ctx, a.ID); i.State != sandboxes.StateStopped || i.Ended != "idle" {
+		t.Errorf("after the idle timeout: %+v", i)
+	}
+	if _, err := m.Extend(ctx, b.ID, 2*time.Hour, 3*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(90 * time.Minute)
+	if i, _ := m.Get(ctx, b.ID); i.State != sandboxes.StateRunning {
+		t.Errorf("extended sandbox: %+v", i)
+	}
+	now = now.Add(time.Hour)
+	if i, _ := m.Get(ctx, b.ID); i.State != sandboxes.StateStopped || i.Ended != "expired" {
+		t.Errorf("after the ttl: %+v", i)
+	}
+	if _, err := m.Exec(ctx, b.ID, sandboxes.ExecRequest{Argv: []string{"true"}, Background: true}, nil); code(err) != sandboxes.CodeConflict {
+		t.Errorf("exec in a stopped sandbox: %v", err)
+	}
+	m.Close(ctx)
+	if _, err := m.Create(ctx, sandboxes.Spec{}); code(err) != sandboxes.CodeStopped {
+		t.Errorf("create after Close: %v", err)
+	}
+}
+
+func TestConfinement(t *testing.T) {
+	m := New(t.TempDir())
+	ctx := context.Background()
+	sb, _ := m.Create(ctx, sandboxes.Spec{})
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o600)
+	os.Symlink(outside, filepath.Join(m.Dir(sb.ID), "out"))
+	for _, p := range []string{"../x", "/etc/passwd", "a/../../x", "out/secret", "a\x00b"} {
+		if _, err := m.GetFile(ctx, sb.ID, p, &bytes.Buffer{}); code(err) != sandboxes.CodeBadRequest {
+			t.Errorf("get %q: %v, want bad_request", p, err)
+		}
+		if _, err := m.PutFile(ctx, sb.ID, p+"2", strings.NewReader("x"), 0); code(err) != sandboxes.CodeBadRequest {
+			t.Errorf("put %q: %v, want bad_request", p, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(outside, "secret2")); err == nil {
+		t.Error("a put went through a symlink out of the workspace")
+	}
+	if _, err := m.Exec(ctx, sb.ID, sandboxes.ExecRequest{Argv: []string{"true"}, Cwd: "../", Background: true}, nil); code(err) != sandboxes.CodeBadRequest {
+		t.Errorf("cwd out of the workspace: %v", err)
+	}
+}
+
+func TestKeptOutput(t *testing.T) {
+	var k kept
+	k.write(bytes.Repeat([]byte("a"), 2*sandboxes.MaxKeptOutput))
+	k.write([]byte("bc"))
+	if k.total != 2*sandboxes.MaxKeptOutput+2 || k.base == 0 {
+		t.Fatalf("kept: total %d base %d", k.total, k.base)
+	}
+	b, off := k.from(0) // dropped: from the oldest kept byte
+	if off != k.base || len(b) != maxChunk {
+		t.Errorf("from 0: %d bytes at %d", len(b), off)
+	}
+	b, off = k.from(k.total - 2)
+	if string(b) != "bc" || off != k.total-2 {
+		t.Errorf("from the end: %q at %d", b, off)
+	}
+	if b, _ := k.from(k.total + 5); b != nil {
+		t.Errorf("past the end: %q", b)
+	}
+}
