@@ -24,6 +24,9 @@ func (s *Server) handle(pattern string, h func(w *respWriter, r *http.Request) e
 				s.o.Logf("%s %s: after the answer began: %v", r.Method, r.URL.Path, err)
 				return
 			}
+			if sandboxes.CodeOf(err) == sandboxes.CodeInternal {
+				s.o.Logf("%s %s: %v", r.Method, r.URL.Path, err)
+			}
 			writeError(rw, err)
 		}
 	})

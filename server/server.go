@@ -150,7 +150,9 @@ func ListenUnix(path string) (net.Listener, error) {
 		}
 	}
 	// The umask makes the socket 0600 from its creation, with no window
-	// in which another user could connect.
+	// in which another user could connect. (The umask is the process's:
+	// a file another goroutine creates meanwhile gets stricter
+	// permissions, never looser ones.)
 	old := syscall.Umask(0o177)
 	l, err := net.Listen("unix", path)
 	syscall.Umask(old)
@@ -200,13 +202,14 @@ func (s *Server) Serve(l net.Listener) error {
 		ConnContext:       s.connContext,
 		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
 		ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog:          nil,
+		IdleTimeout:       2 * time.Minute,
+		// No write timeout: an exec's stream lasts as long as the command.
 	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		l.Close()
-		return http.ErrServerClosed
+		return nil
 	}
 	s.servers = append(s.servers, hs)
 	s.mu.Unlock()
