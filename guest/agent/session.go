@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -381,6 +382,8 @@ func (s *server) exec(q guest.SessionRequest, dec *guest.SessionDecoder, out *co
 	// command's process group is killed.
 	stdin := newStdinWriter(stdinW)
 	defer stdin.abort()
+	// Once the command is reaped its pid may be reused: signals stop then.
+	var over atomic.Bool
 	hostGone := make(chan struct{})
 	go func() {
 		defer close(hostGone)
@@ -400,7 +403,9 @@ func (s *server) exec(q guest.SessionRequest, dec *guest.SessionDecoder, out *co
 				stdin.close()
 			case guest.OpSignal:
 				if sig, ok := SignalNumber(r.Signal); ok {
-					_ = syscall.Kill(-pid, sig)
+					if !over.Load() {
+						_ = syscall.Kill(-pid, sig)
+					}
 				} else {
 					fmt.Fprintf(s.console, "%s exec %d: unknown signal %q ignored\n", guest.ConsoleErrorLine, pid, r.Signal)
 				}
@@ -423,6 +428,7 @@ wait:
 	for {
 		select {
 		case e = <-exited:
+			over.Store(true)
 			break wait
 		case <-timeout:
 			timeout = nil

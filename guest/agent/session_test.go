@@ -502,3 +502,44 @@ func TestSessionReaper(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSessionExec is one exec of `true` through the agent's server in
+// this process (no jail): connect, request, fork and exec, events to the
+// exit. The namespace backend's benchmark adds the jail around it.
+func BenchmarkSessionExec(b *testing.B) {
+	dir, err := os.MkdirTemp("", "asbb")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	j, _ := json.Marshal(guest.Job{Version: guest.ProtocolVersion, Session: true, Workdir: "/"})
+	os.WriteFile(filepath.Join(dir, guest.JobFile), j, 0o600)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		RunSession(ctx, dir, io.Discard, SessionOptions{Ready: func() { close(ready) }})
+	}()
+	<-ready
+	defer func() { cancel(); <-done }()
+	q := selfExec("/bin/true")
+	for b.Loop() {
+		c, err := net.Dial("unix", filepath.Join(dir, guest.SessionSocket))
+		if err != nil {
+			b.Fatal(err)
+		}
+		guest.NewSessionEncoder(c).Encode(q)
+		d := guest.NewSessionDecoder(c)
+		for {
+			var ev guest.SessionEvent
+			if err := d.Decode(&ev); err != nil {
+				b.Fatal(err)
+			}
+			if ev.Type == guest.EventExit {
+				break
+			}
+		}
+		c.Close()
+	}
+}

@@ -58,3 +58,60 @@ func BenchmarkNoopStep(b *testing.B) {
 		reportMedian(b, ds)
 	})
 }
+
+// BenchmarkSessionExec runs `true` in a warm session (Exec to its exit
+// event, a connection each) next to a one-shot Run of the same command,
+// which builds and removes a whole sandbox each time. Target: session p50
+// under 10 ms.
+func BenchmarkSessionExec(b *testing.B) {
+	testtier.Root(b)
+	b.Run("session", func(b *testing.B) {
+		s, spec, _ := openSession(b)
+		q := request(spec, "true")
+		var ds []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			x, err := s.Exec(context.Background(), q)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var exit bool
+			for ev := range x.Events() {
+				exit = exit || ev.Type == "exit" && ev.ExitCode == 0
+			}
+			x.Close()
+			ds = append(ds, time.Since(start))
+			if !exit {
+				b.Fatalf("no exit 0: %v", x.Err())
+			}
+		}
+		reportMedian(b, ds)
+		reportP99(b, ds)
+	})
+	b.Run("oneshot", func(b *testing.B) {
+		be := New(Options{StateDir: b.TempDir(), JailDir: b.TempDir()})
+		var ds []time.Duration
+		for b.Loop() {
+			b.StopTimer()
+			spec := suiteOpts.Spec(b, "noop", []string{"true"})
+			runnertest.WriteJob(b, spec)
+			b.StartTimer()
+			start := time.Now()
+			res, err := be.Run(context.Background(), spec)
+			ds = append(ds, time.Since(start))
+			if err != nil || res.Status != vmrunner.StatusSucceeded {
+				b.Fatalf("Run: %+v, %v", res, err)
+			}
+		}
+		reportMedian(b, ds)
+	})
+}
+
+// reportP99 adds the 99th percentile of d (sorted by reportMedian) as
+// ms/p99.
+func reportP99(b *testing.B, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
+	b.ReportMetric(float64(d[len(d)*99/100])/float64(time.Millisecond), "ms/p99")
+}

@@ -140,35 +140,69 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 			err = fmt.Errorf("run step %q in a namespace jail: %w", name, err)
 		}
 	}()
-	if err := check(spec); err != nil {
-		return res, err
+	j, err := b.launch(ctx, spec)
+	if j != nil {
+		res.Seccomp = j.seccomp
+		defer func() {
+			if cerr := j.cleanup(); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+		}()
 	}
-	limits, err := Limits(spec.Step.Resources, spec.Workspace, cgroup.DeviceOf)
 	if err != nil {
 		return res, err
 	}
+	return wait(ctx, j.sb, spec, res)
+}
+
+// launched is a started jail and what must be undone after it.
+type launched struct {
+	sb      *sandbox.Sandbox
+	egress  vmrunner.Egress // started; nil when the step has none
+	seccomp string          // the filter's digest
+}
+
+// cleanup stops the egress room, then removes the sandbox (the jail, its
+// cgroup, netns, dirs and state file).
+func (j *launched) cleanup() error {
+	var err error
+	if j.egress != nil {
+		err = j.egress.Stop()
+	}
+	return errors.Join(err, j.sb.Cleanup())
+}
+
+// launch creates the step's sandbox (state file, netns, cgroup, jail root
+// mount point), seals the control directory, starts the egress room and the
+// jail, released. It is Run and Open alike. A non-nil launched must be
+// cleaned up, also with an error.
+func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec) (*launched, error) {
+	name := spec.Step.Name
+	if err := check(spec); err != nil {
+		return nil, err
+	}
+	limits, err := Limits(spec.Step.Resources, spec.Workspace, cgroup.DeviceOf)
+	if err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
-		return res, err
+		return nil, err
 	}
 	root := hoststate.JailRoot(b.opts.JailDir, spec.RunID, name)
-	sb := sandbox.New(b.opts.StateDir, spec.RunID, name, root)
-	defer func() {
-		if cerr := sb.Cleanup(); cerr != nil {
-			err = errors.Join(err, cerr)
-		}
-	}()
+	j := &launched{sb: sandbox.New(b.opts.StateDir, spec.RunID, name, root)}
+	sb := j.sb
 	if err := sb.Create(limits); err != nil {
-		return res, err
+		return j, err
 	}
 	if err := os.MkdirAll(b.opts.JailDir, 0o700); err != nil {
-		return res, fmt.Errorf("create jail directory: %w", err)
+		return j, fmt.Errorf("create jail directory: %w", err)
 	}
 	if err := sb.Mkdir(root, "jail root mount point"); err != nil {
-		return res, err
+		return j, err
 	}
 
 	if err := prepareDirs(spec); err != nil {
-		return res, err
+		return j, err
 	}
 	// job.json is the engine's: it wrote spec.Job there, and the record
 	// hashes those bytes, so the backend never rewrites it.
@@ -177,26 +211,22 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	if spec.Egress != nil {
 		room, ok := sb.NS.(vmrunner.EgressRoom)
 		if !ok {
-			return res, fmt.Errorf("the step's network namespace (%T) cannot hold egress", sb.NS)
+			return j, fmt.Errorf("the step's network namespace (%T) cannot hold egress", sb.NS)
 		}
 		if err := spec.Egress.Start(room, ""); err != nil {
-			return res, err
+			return j, err
 		}
 		// Stopped when the job has ended and before Cleanup deletes the
-		// namespace (deferred calls run last first).
-		defer func() {
-			if serr := spec.Egress.Stop(); serr != nil {
-				err = errors.Join(err, serr)
-			}
-		}()
+		// namespace (cleanup).
+		j.egress = spec.Egress
 		resolv = egress.ResolvConf()
 	}
 
 	filter, err := stepSeccomp(spec.SeccompAllow)
 	if err != nil {
-		return res, err
+		return j, err
 	}
-	res.Seccomp = filter.DigestString()
+	j.seccomp = filter.DigestString()
 	cfg := jail.Config{
 		RootDir: root, Hostname: hostname(name), ResolvConf: resolv,
 		Workspace: spec.Workspace, ControlDir: spec.ControlDir,
@@ -207,9 +237,9 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 		Seccomp:  filter,
 	}
 	if err := sb.Start(ctx, cfg); err != nil {
-		return res, err
+		return j, err
 	}
-	return wait(ctx, sb, spec, res)
+	return j, nil
 }
 
 // Rlimits are a step's resource limits in its jail: the default descriptor
@@ -248,7 +278,7 @@ func prepareDirs(spec vmrunner.StepSpec) error {
 	if err := os.Chmod(spec.ControlDir, 0o700); err != nil {
 		return fmt.Errorf("seal control directory: %w", err)
 	}
-	for _, f := range []string{guest.ResultFile, guest.StdoutFile, guest.StderrFile} {
+	for _, f := range []string{guest.ResultFile, guest.StdoutFile, guest.StderrFile, guest.SessionSocket} {
 		if err := os.Remove(filepath.Join(spec.ControlDir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove stale %s: %w", f, err)
 		}

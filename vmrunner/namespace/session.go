@@ -1,0 +1,377 @@
+package namespace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/guest/agent"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"golang.org/x/sys/unix"
+)
+
+// OpenTimeout bounds how long Open waits for a started jail's agent to
+// answer on its session socket.
+const OpenTimeout = 10 * time.Second
+
+// StopGrace is how long Stop lets the agent end its commands and write its
+// result after SIGTERM before it kills the jail's cgroup.
+const StopGrace = guest.KillGrace + 3*time.Second
+
+// Session is a long-lived sandbox of the namespace backend (Open): the same
+// jail as a step's, whose agent runs commands on request (guest/session.go)
+// until Stop. All its methods are safe for concurrent use.
+type Session struct {
+	spec vmrunner.StepSpec
+	j    *launched
+	// dir is the control directory the host created and sealed, opened
+	// O_PATH: the socket is reached beneath it, never through a path the
+	// job could have a say in. It is nil once the session is stopping;
+	// dirMu keeps it open while a dial uses its descriptor number.
+	dirMu   sync.RWMutex
+	dir     *os.File
+	initPID int // the agent, the only process that may answer
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Open starts a session: it creates the sandbox exactly as Run does (state
+// file, netns, cgroup, limits, seccomp, egress), starts the jail, and waits
+// until its agent answers a ping on the socket in the control directory.
+// spec.Job must be a session job (Session true, no command), and the
+// caller must have written it to the control directory as job.json, as
+// for Run. On an error nothing is left; otherwise the caller must call
+// Stop, also after Done is closed.
+func (b *Backend) Open(ctx context.Context, spec vmrunner.StepSpec) (_ *Session, err error) {
+	name := spec.Step.Name
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("open a session for step %q in a namespace jail: %w", name, err)
+		}
+	}()
+	if !spec.Job.Session {
+		return nil, errors.New("the job is not a session job: set Job.Session (and no command) and write it to job.json")
+	}
+	j, err := b.launch(ctx, spec)
+	if err != nil {
+		if j != nil {
+			err = errors.Join(err, j.cleanup())
+		}
+		return nil, err
+	}
+	s := &Session{spec: spec, j: j, initPID: j.sb.Proc.Pid()}
+	fail := func(err error) (*Session, error) {
+		// Nothing to save: SIGTERM, then kill at once.
+		now, cancel := context.WithCancel(context.Background())
+		cancel()
+		return nil, errors.Join(err, s.teardown(now))
+	}
+	dir, err := openControlDir(spec.ControlDir)
+	if err != nil {
+		return fail(err)
+	}
+	s.dir = dir
+	if err := s.waitReady(ctx); err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+// openControlDir opens the host's control directory, which prepareDirs has
+// just made root-owned and 0700, without following a symlink.
+func openControlDir(path string) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open control directory %s: %w", path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("stat control directory %s: %w", path, err)
+	}
+	if st.Uid != 0 || st.Mode&0o077 != 0 {
+		unix.Close(fd)
+		return nil, fmt.Errorf("control directory %s is owned by uid %d with mode %o: it must be root's and 0700", path, st.Uid, st.Mode&0o777)
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// waitReady pings the agent until it answers, the jail ends, ctx is done
+// or OpenTimeout passes.
+func (s *Session) waitReady(ctx context.Context) error {
+	deadline := time.Now().Add(OpenTimeout)
+	pause := time.Millisecond
+	var last error
+	for {
+		last = s.ping()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-s.Done():
+			return fmt.Errorf("the jail ended before its agent answered on the session socket (%v): %s", last, s.agentError())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the agent did not answer on the session socket within %v: %w", OpenTimeout, last)
+		}
+		pause = min(2*pause, 20*time.Millisecond)
+	}
+}
+
+// agentError is what the agent's result.json says, if it wrote one.
+func (s *Session) agentError() string {
+	res, ok, err := vmrunner.ReadResult(s.spec.ControlDir)
+	switch {
+	case err != nil:
+		return "no readable result: " + err.Error()
+	case !ok:
+		return "no result written; the step's console has the jail's output"
+	case res.Error != "":
+		return "agent: " + res.Error
+	}
+	return "the agent stopped without an error"
+}
+
+func (s *Session) ping() error {
+	c, err := s.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if err := guest.NewSessionEncoder(c).Encode(guest.SessionRequest{Op: guest.OpPing}); err != nil {
+		return fmt.Errorf("ping the agent: %w", err)
+	}
+	var ev guest.SessionEvent
+	if err := guest.NewSessionDecoder(c).Decode(&ev); err != nil {
+		return fmt.Errorf("ping the agent: %w", err)
+	}
+	if ev.Type != guest.EventPong {
+		return fmt.Errorf("ping the agent: answered %q (%s)", ev.Type, ev.Error)
+	}
+	return nil
+}
+
+// dial connects to the agent's socket beneath the control directory and
+// checks that the jail's init, and no other process, listens on it.
+func (s *Session) dial() (*net.UnixConn, error) {
+	s.dirMu.RLock()
+	if s.dir == nil {
+		s.dirMu.RUnlock()
+		return nil, errors.New("the session is stopped: open a new one")
+	}
+	path := "/proc/self/fd/" + strconv.Itoa(int(s.dir.Fd())) + "/" + guest.SessionSocket
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	s.dirMu.RUnlock()
+	if err != nil {
+		return nil, fmt.Errorf("connect to the session socket in %s: %w", s.spec.ControlDir, err)
+	}
+	raw, err := c.SyscallConn()
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || cerr != nil {
+		c.Close()
+		return nil, fmt.Errorf("check the session socket's peer: %w", errors.Join(err, cerr))
+	}
+	if int(cred.Pid) != s.initPID {
+		c.Close()
+		return nil, fmt.Errorf("the session socket in %s is served by pid %d, not the jail's agent (pid %d): refusing it", s.spec.ControlDir, cred.Pid, s.initPID)
+	}
+	return c, nil
+}
+
+// Done is closed when the jail has ended, by itself or by Stop.
+func (s *Session) Done() <-chan struct{} { return s.j.sb.Proc.Done() }
+
+// Usage is what the sandbox's cgroup has measured so far.
+func (s *Session) Usage() (vmrunner.Usage, error) { return s.j.sb.Cgroup.Usage() }
+
+// Stop ends the session: SIGTERM to the agent, which kills its commands
+// and writes result.json; after StopGrace (or at once when ctx is done)
+// the jail's cgroup is killed. Then everything Run would remove is
+// removed: the egress room, the cgroup, the netns, the jail's root mount
+// point and the state file. Stop after the jail ended by itself only
+// cleans up; a second Stop returns the first's error.
+func (s *Session) Stop(ctx context.Context) error {
+	s.stopOnce.Do(func() {
+		err := s.teardown(ctx)
+		if err != nil {
+			err = fmt.Errorf("stop the session of step %q: %w", s.spec.Step.Name, err)
+		}
+		s.stopErr = err
+	})
+	return s.stopErr
+}
+
+func (s *Session) teardown(ctx context.Context) error {
+	select {
+	case <-s.Done():
+	default:
+		// The init is our unreaped child until Done closes, so its pid
+		// cannot have been reused.
+		_ = syscall.Kill(s.initPID, syscall.SIGTERM)
+		t := time.NewTimer(StopGrace)
+		select {
+		case <-s.Done():
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	s.dirMu.Lock()
+	if s.dir != nil {
+		s.dir.Close()
+		s.dir = nil
+	}
+	s.dirMu.Unlock()
+	return s.j.cleanup()
+}
+
+// Exec starts one command in the session. The request is sent as is (Op
+// is set to exec): its Env, UID and GID are the command's own, as in a
+// Job, so fill them from the session's Job for the sandbox's defaults. The
+// command's events arrive on Events: "started" or "error", then output,
+// then "exit". When ctx is done before the exit, the connection is closed
+// and the agent kills the command's process group; Close does the same.
+func (s *Session) Exec(ctx context.Context, q guest.SessionRequest) (*Exec, error) {
+	q.Op = guest.OpExec
+	if err := q.Validate(); err != nil {
+		return nil, fmt.Errorf("exec in session %q: %w", s.spec.Step.Name, err)
+	}
+	c, err := s.dial()
+	if err != nil {
+		return nil, fmt.Errorf("exec in session %q: %w", s.spec.Step.Name, err)
+	}
+	x := &Exec{c: c, enc: guest.NewSessionEncoder(c), events: make(chan guest.SessionEvent, 16), closed: make(chan struct{})}
+	if err := x.send(q); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("exec in session %q: send the request: %w", s.spec.Step.Name, err)
+	}
+	go x.read(guest.NewSessionDecoder(c))
+	if ctx.Done() != nil {
+		go func() {
+			select {
+			case <-ctx.Done():
+				x.Close()
+			case <-x.closed:
+			}
+		}()
+	}
+	return x, nil
+}
+
+// Exec is one command running in a session.
+type Exec struct {
+	c      *net.UnixConn
+	mu     sync.Mutex // serialises frames to the agent
+	enc    *guest.SessionEncoder
+	events chan guest.SessionEvent
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	err       error // set before events is closed
+}
+
+// Events delivers the command's events in order; it is closed after the
+// "exit" or "error" event, or when the connection ended without one (Err
+// then says why). Read it to the end: the agent waits while it is full.
+func (x *Exec) Events() <-chan guest.SessionEvent { return x.events }
+
+// Err is, once Events is closed, why the stream ended without an "exit" or
+// "error" event; nil when it ended with one.
+func (x *Exec) Err() error { return x.err }
+
+func (x *Exec) read(dec *guest.SessionDecoder) {
+	defer close(x.events)
+	defer x.Close()
+	for {
+		var ev guest.SessionEvent
+		if err := dec.Decode(&ev); err != nil {
+			select {
+			case <-x.closed:
+				x.err = errors.New("exec closed before the command exited")
+			default:
+				if errors.Is(err, io.EOF) {
+					err = io.ErrUnexpectedEOF
+				}
+				x.err = fmt.Errorf("the agent's connection ended before the command's exit (did the sandbox stop?): %w", err)
+			}
+			return
+		}
+		select {
+		case x.events <- ev:
+		case <-x.closed:
+			x.err = errors.New("exec closed before the command exited")
+			return
+		}
+		if ev.Type == guest.EventExit || ev.Type == guest.EventError {
+			return
+		}
+	}
+}
+
+func (x *Exec) send(q guest.SessionRequest) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.enc.Encode(q)
+}
+
+// WriteStdin sends b to the command's stdin (the request must have had
+// Stdin set), in pieces of at most guest.MaxSessionChunk.
+func (x *Exec) WriteStdin(b []byte) error {
+	for len(b) > 0 {
+		n := min(len(b), guest.MaxSessionChunk)
+		if err := x.send(guest.SessionRequest{Op: guest.OpStdin, Data: b[:n]}); err != nil {
+			return fmt.Errorf("write the command's stdin: %w", err)
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// CloseStdin ends the command's stdin once what was written is read.
+func (x *Exec) CloseStdin() error {
+	if err := x.send(guest.SessionRequest{Op: guest.OpCloseStdin}); err != nil {
+		return fmt.Errorf("close the command's stdin: %w", err)
+	}
+	return nil
+}
+
+// Signal sends a signal ("SIGTERM", "SIGINT", "SIGRTMIN+1", ...) to the
+// command's process group.
+func (x *Exec) Signal(name string) error {
+	if _, ok := agent.SignalNumber(name); !ok {
+		return fmt.Errorf("signal %q: not a signal name; use one such as SIGTERM, SIGINT, SIGKILL or SIGRTMIN+1", name)
+	}
+	if err := x.send(guest.SessionRequest{Op: guest.OpSignal, Signal: name}); err != nil {
+		return fmt.Errorf("send %s to the command: %w", name, err)
+	}
+	return nil
+}
+
+// Close drops the connection; a command still running is killed with its
+// process group. Events is closed soon after.
+func (x *Exec) Close() {
+	x.closeOnce.Do(func() {
+		close(x.closed)
+		x.c.Close()
+	})
+}

@@ -1,0 +1,345 @@
+package namespace
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/runnertest"
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+)
+
+// openSession opens a session job in a fresh sandbox and stops it (and
+// checks nothing is left) when the test ends.
+func openSession(t testing.TB) (*Session, vmrunner.StepSpec, Options) {
+	t.Helper()
+	testtier.Root(t)
+	opts := Options{StateDir: t.TempDir(), JailDir: t.TempDir()}
+	b := New(opts)
+	spec := sessionSpec(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := b.Open(ctx, spec)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Stop(context.Background()) })
+	return s, spec, opts
+}
+
+func sessionSpec(t testing.TB) vmrunner.StepSpec {
+	spec := suiteOpts.Spec(t, "session", nil)
+	spec.Job.Session = true
+	spec.Job.TimeoutMS = 0 // no default timeout for the session's commands
+	spec.Step.Resources.TimeoutMS = 0
+	runnertest.WriteJob(t, spec)
+	return spec
+}
+
+// request is an exec request with the session job's user, env and
+// workdir, as a manager would fill it.
+func request(spec vmrunner.StepSpec, command ...string) guest.SessionRequest {
+	return guest.SessionRequest{
+		Command: command, Env: spec.Job.Env, Workdir: spec.Job.Workdir,
+		UID: spec.Job.UID, GID: spec.Job.GID,
+	}
+}
+
+type execOut struct {
+	pid            int
+	stdout, stderr string
+	exit           *guest.SessionEvent
+	errEv          string
+}
+
+// drain reads an exec's events to the end.
+func drain(t testing.TB, x *Exec) execOut {
+	t.Helper()
+	var o execOut
+	for ev := range x.Events() {
+		switch ev.Type {
+		case guest.EventStarted:
+			o.pid = ev.PID
+		case guest.EventStdout:
+			o.stdout += string(ev.Data)
+		case guest.EventStderr:
+			o.stderr += string(ev.Data)
+		case guest.EventExit:
+			o.exit = &ev
+		case guest.EventError:
+			o.errEv = ev.Error
+		}
+	}
+	if err := x.Err(); err != nil {
+		t.Errorf("exec stream: %v", err)
+	}
+	return o
+}
+
+func execWait(t testing.TB, s *Session, q guest.SessionRequest) execOut {
+	t.Helper()
+	x, err := s.Exec(context.Background(), q)
+	if err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	defer x.Close()
+	return drain(t, x)
+}
+
+func TestSessionExec(t *testing.T) {
+	s, spec, opts := openSession(t)
+	o := execWait(t, s, request(spec, "echo", "hi"))
+	if o.exit == nil || o.exit.ExitCode != 0 || o.stdout != "hi\n" || o.pid <= 0 {
+		t.Fatalf("echo hi: %+v", o)
+	}
+	o = execWait(t, s, request(spec, "sh", "-c", "echo err >&2; exit 3"))
+	if o.exit == nil || o.exit.ExitCode != 3 || o.stderr != "err\n" {
+		t.Fatalf("exit 3: %+v", o)
+	}
+	// The command runs as the job's user in the workspace, which it can write.
+	o = execWait(t, s, request(spec, "sh", "-c", "id -u; pwd; echo x > f"))
+	if o.exit == nil || o.exit.ExitCode != 0 || o.stdout != strconv.Itoa(guest.DefaultUID)+"\n"+guest.WorkspaceMount+"\n" {
+		t.Fatalf("id/pwd: %+v", o)
+	}
+	if b, err := os.ReadFile(filepath.Join(spec.Workspace, "f")); err != nil || string(b) != "x\n" {
+		t.Errorf("workspace file: %q, %v", b, err)
+	}
+	o = execWait(t, s, request(spec, "no-such-command"))
+	if o.errEv == "" || o.exit != nil {
+		t.Errorf("missing command: %+v, want an error event", o)
+	}
+	u, err := s.Usage()
+	if err != nil || u.CPUTime <= 0 || u.Pids < 1 {
+		t.Errorf("Usage: %+v, %v", u, err)
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	select {
+	case <-s.Done():
+	default:
+		t.Error("Done not closed after Stop")
+	}
+	res, ok, err := vmrunner.ReadResult(spec.ControlDir)
+	if err != nil || !ok || res.ExitCode != 0 || res.Error != "" {
+		t.Errorf("result after Stop: %+v, %v, %v; want exit 0", res, ok, err)
+	}
+	assertClean(t, opts, spec)
+	if _, err := os.Lstat(filepath.Join(spec.ControlDir, guest.SessionSocket)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("session socket left: %v", err)
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}
+
+func TestSessionStdinRoundTrip(t *testing.T) {
+	s, spec, _ := openSession(t)
+	q := request(spec, "cat")
+	q.Stdin = true
+	x, err := s.Exec(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	in := bytes.Repeat([]byte("stdin round trip\n"), 20000) // 340 kB: several chunks
+	go func() {
+		if err := x.WriteStdin(in); err != nil {
+			t.Error(err)
+		}
+		if err := x.CloseStdin(); err != nil {
+			t.Error(err)
+		}
+	}()
+	o := drain(t, x)
+	if o.exit == nil || o.exit.ExitCode != 0 || o.stdout != string(in) {
+		t.Fatalf("cat: %d of %d bytes back, exit %+v", len(o.stdout), len(in), o.exit)
+	}
+}
+
+func TestSessionConcurrentExecs(t *testing.T) {
+	s, spec, _ := openSession(t)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o := execWait(t, s, request(spec, "sh", "-c", "sleep 0.5; echo "+strconv.Itoa(i)+"; exit "+strconv.Itoa(i)))
+			if o.exit == nil || o.exit.ExitCode != i || o.stdout != strconv.Itoa(i)+"\n" {
+				t.Errorf("exec %d: %+v", i, o)
+			}
+		}()
+	}
+	wg.Wait()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("6 concurrent 0.5 s execs took %v: they did not run side by side", d)
+	}
+}
+
+func TestSessionTimeoutAndSignal(t *testing.T) {
+	s, spec, _ := openSession(t)
+	q := request(spec, "sh", "-c", "trap '' TERM; sleep 30")
+	q.TimeoutMS = 300
+	start := time.Now()
+	o := execWait(t, s, q)
+	if o.exit == nil || !o.exit.TimedOut || o.exit.Signal != "SIGKILL" {
+		t.Fatalf("timeout: %+v", o)
+	}
+	if d := time.Since(start); d > guest.KillGrace+2*time.Second {
+		t.Errorf("timeout took %v", d)
+	}
+
+	x, err := s.Exec(context.Background(), request(spec, "sh", "-c", "echo up; sleep 30"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	for ev := range x.Events() {
+		if ev.Type == guest.EventStdout {
+			break
+		}
+	}
+	if err := x.Signal("SIGINT"); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Signal("SIGBOGUS"); err == nil {
+		t.Error("Signal(SIGBOGUS) accepted")
+	}
+	o = drain(t, x)
+	if o.exit == nil || o.exit.Signal != "SIGINT" {
+		t.Fatalf("signal: %+v", o)
+	}
+}
+
+// TestSessionDisconnectAndOrphans: a client that goes away mid-exec takes
+// the command's process group with it; a background process a finished
+// command left is reaped by the agent (PID 1), not left a zombie.
+func TestSessionDisconnectAndOrphans(t *testing.T) {
+	s, spec, _ := openSession(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	x, err := s.Exec(ctx, request(spec, "sh", "-c", "sleep 60 & echo $!; wait"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var child string
+	for ev := range x.Events() {
+		if ev.Type == guest.EventStdout {
+			child = strings.TrimSpace(string(ev.Data))
+			break
+		}
+	}
+	cancel() // the client goes away
+	for range x.Events() {
+	}
+	if x.Err() == nil {
+		t.Error("Err nil after a cancelled exec")
+	}
+	// Seen from inside: the sleeper is gone (or a zombie no longer: ps
+	// state Z would mean no one reaped it).
+	waitFor(t, 5*time.Second, func() bool {
+		o := execWait(t, s, request(spec, "sh", "-c", "test -e /proc/"+child+" && cat /proc/"+child+"/stat; true"))
+		return o.stdout == ""
+	}, "the disconnected exec's sleeper "+child+" to be killed and reaped")
+
+	// An orphan: the shell exits at once, its sleeper outlives it.
+	o := execWait(t, s, request(spec, "sh", "-c", "sleep 0.3 >/dev/null 2>&1 & echo $!; exit 5"))
+	if o.exit == nil || o.exit.ExitCode != 5 {
+		t.Fatalf("orphan maker: %+v", o)
+	}
+	orphan := strings.TrimSpace(o.stdout)
+	waitFor(t, 5*time.Second, func() bool {
+		o := execWait(t, s, request(spec, "sh", "-c", "test -e /proc/"+orphan+" && cat /proc/"+orphan+"/stat; true"))
+		return o.stdout == ""
+	}, "the orphan "+orphan+" to be reaped")
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSessionStopWithRunningExec: Stop kills what runs, reports its exit
+// to the client and leaves nothing behind.
+func TestSessionStopWithRunningExec(t *testing.T) {
+	s, spec, opts := openSession(t)
+	x, err := s.Exec(context.Background(), request(spec, "sleep", "60"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-x.Events(); ev.Type != guest.EventStarted {
+		t.Fatalf("first event %+v", ev)
+	}
+	start := time.Now()
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Stop took %v", d)
+	}
+	var exit *guest.SessionEvent
+	for ev := range x.Events() {
+		if ev.Type == guest.EventExit {
+			exit = &ev
+		}
+	}
+	if exit == nil || exit.Signal != "SIGKILL" {
+		t.Errorf("running exec after Stop: exit %+v, err %v", exit, x.Err())
+	}
+	assertClean(t, opts, spec)
+	if _, err := s.Exec(context.Background(), request(spec, "true")); err == nil {
+		t.Error("Exec after Stop worked")
+	}
+}
+
+// TestSessionJailDies: when the jail ends by itself (its init killed),
+// Done closes and Stop still cleans up everything.
+func TestSessionJailDies(t *testing.T) {
+	s, spec, opts := openSession(t)
+	s.j.sb.Kill()
+	select {
+	case <-s.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed after the jail was killed")
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	assertClean(t, opts, spec)
+}
+
+// TestSessionOpenCancelled: a context done during Open leaves nothing.
+func TestSessionOpenCancelled(t *testing.T) {
+	_, _ = rootBackend(t)
+	opts := Options{StateDir: t.TempDir(), JailDir: t.TempDir()}
+	spec := sessionSpec(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := New(opts).Open(ctx, spec); !errors.Is(err, context.Canceled) {
+		t.Errorf("Open with a done context: %v, want context.Canceled", err)
+	}
+	assertClean(t, opts, spec)
+
+	// Not a session job: refused before anything is made.
+	spec = suiteOpts.Spec(t, "oneshot", []string{"true"})
+	runnertest.WriteJob(t, spec)
+	if _, err := New(opts).Open(context.Background(), spec); err == nil || !strings.Contains(err.Error(), "not a session job") {
+		t.Errorf("Open of a one-shot job: %v", err)
+	}
+	assertClean(t, opts, spec)
+}
