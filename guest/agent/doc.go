@@ -3,4 +3,8 @@
 // sends its output to the console and to the log files, and writes the
 // guest.Result. The same binary is PID 1 of every sandbox: the static
 // cmd/agentsandbox-guest, in a VM and as the init of a namespace jail.
+//
+// For a session job (guest.Job.Session) the jail's init runs RunSession
+// instead: the agent stays PID 1 and serves commands on the control
+// directory's socket (guest/session.go) until SIGTERM.
 package agent

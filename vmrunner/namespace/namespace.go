@@ -12,6 +12,10 @@
 // out — success, failure, timeout, setup error and a cancelled context — and
 // then the state file goes; hoststate.GC removes what a killed apply left.
 //
+// Open is Run's long-lived counterpart: the same sandbox, whose agent
+// serves commands (guest/session.go) until Session.Stop removes it all in
+// the same way (session.go).
+//
 // The package needs root. A step without network.allow has lo alone. A
 // step with it (spec.Egress) gets the step's egress room in its namespace
 // before the jail starts: the firewall that sends every TCP connection to

@@ -49,8 +49,9 @@ type Session struct {
 // until its agent answers a ping on the socket in the control directory.
 // spec.Job must be a session job (Session true, no command), and the
 // caller must have written it to the control directory as job.json, as
-// for Run. On an error nothing is left; otherwise the caller must call
-// Stop, also after Done is closed.
+// for Run. ctx bounds the opening only, not the session's life. On an
+// error nothing is left; otherwise the caller must call Stop, also after
+// Done is closed.
 func (b *Backend) Open(ctx context.Context, spec vmrunner.StepSpec) (_ *Session, err error) {
 	name := spec.Step.Name
 	defer func() {

@@ -166,24 +166,29 @@ func TestSessionStdinRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSessionConcurrentExecs: six execs meet at a barrier in the
+// sandbox's /tmp, which none passes until all have arrived, so they can
+// only finish if they run side by side; each keeps its own output and exit.
 func TestSessionConcurrentExecs(t *testing.T) {
 	s, spec, _ := openSession(t)
+	const n = 6
 	var wg sync.WaitGroup
-	start := time.Now()
-	for i := range 6 {
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			o := execWait(t, s, request(spec, "sh", "-c", "sleep 0.5; echo "+strconv.Itoa(i)+"; exit "+strconv.Itoa(i)))
-			if o.exit == nil || o.exit.ExitCode != i || o.stdout != strconv.Itoa(i)+"\n" {
+			script := "touch /tmp/arrived." + strconv.Itoa(i) +
+				"; while [ $(ls /tmp/arrived.* | wc -l) -lt " + strconv.Itoa(n) + " ]; do sleep 0.05; done" +
+				"; echo " + strconv.Itoa(i) + "; exit " + strconv.Itoa(i)
+			q := request(spec, "sh", "-c", script)
+			q.TimeoutMS = 20_000
+			o := execWait(t, s, q)
+			if o.exit == nil || o.exit.TimedOut || o.exit.ExitCode != i || o.stdout != strconv.Itoa(i)+"\n" {
 				t.Errorf("exec %d: %+v", i, o)
 			}
 		}()
 	}
 	wg.Wait()
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("6 concurrent 0.5 s execs took %v: they did not run side by side", d)
-	}
 }
 
 func TestSessionTimeoutAndSignal(t *testing.T) {
@@ -195,7 +200,7 @@ func TestSessionTimeoutAndSignal(t *testing.T) {
 	if o.exit == nil || !o.exit.TimedOut || o.exit.Signal != "SIGKILL" {
 		t.Fatalf("timeout: %+v", o)
 	}
-	if d := time.Since(start); d > guest.KillGrace+2*time.Second {
+	if d := time.Since(start); d > guest.KillGrace+5*time.Second {
 		t.Errorf("timeout took %v", d)
 	}
 
@@ -289,8 +294,8 @@ func TestSessionStopWithRunningExec(t *testing.T) {
 	if err := s.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("Stop took %v", d)
+	if d := time.Since(start); d >= StopGrace {
+		t.Errorf("Stop took %v: the agent did not end on SIGTERM, the host had to kill it", d)
 	}
 	var exit *guest.SessionEvent
 	for ev := range x.Events() {
@@ -340,6 +345,32 @@ func TestSessionOpenCancelled(t *testing.T) {
 	runnertest.WriteJob(t, spec)
 	if _, err := New(opts).Open(context.Background(), spec); err == nil || !strings.Contains(err.Error(), "not a session job") {
 		t.Errorf("Open of a one-shot job: %v", err)
+	}
+	assertClean(t, opts, spec)
+}
+
+// TestSessionStopCancelled: Stop with a done context does not wait for the
+// agent: it kills the jail and still removes everything.
+func TestSessionStopCancelled(t *testing.T) {
+	s, spec, opts := openSession(t)
+	x, err := s.Exec(context.Background(), request(spec, "sh", "-c", "trap '' TERM; sleep 60"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	if ev := <-x.Events(); ev.Type != guest.EventStarted {
+		t.Fatalf("first event %+v", ev)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d >= StopGrace/2 {
+		t.Errorf("Stop with a done context took %v: it waited for the agent", d)
+	}
+	for range x.Events() {
 	}
 	assertClean(t, opts, spec)
 }
