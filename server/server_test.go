@@ -806,3 +806,31 @@ func TestStatus(t *testing.T) {
 		t.Errorf("error body %s", j)
 	}
 }
+
+// TestUnixPeer: a unix connection's client is its peer's uid, found with
+// SO_PEERCRED.
+func TestUnixPeer(t *testing.T) {
+	s, _ := New(Options{Manager: fakesandboxes.New(t.TempDir())})
+	l, err := ListenUnix(filepath.Join(shortTemp(t), "p.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := net.Dial("unix", l.Addr().String())
+		if err == nil {
+			defer c.Close()
+			time.Sleep(time.Second)
+		}
+	}()
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := httptest.NewRequest("GET", "/v1/sandboxes", nil).WithContext(s.connContext(context.Background(), c))
+	key, err := s.authenticate(r)
+	if err != nil || key != fmt.Sprintf("uid:%d", os.Getuid()) {
+		t.Errorf("client key %q, %v; want uid:%d", key, err, os.Getuid())
+	}
+}
