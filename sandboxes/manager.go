@@ -29,6 +29,10 @@ type Options struct {
 	// TemplateDir holds the workflow files a spec may name as templates;
 	// empty refuses templates.
 	TemplateDir string
+	// Realiser, when set, makes the Nix realiser of one sandbox's
+	// workflow (written to path); nil: no Nix, and a spec with packages
+	// is refused.
+	Realiser func(w *workflow.Workflow, path string) engine.RealiseFunc
 	// MaxSandboxes bounds the running sandboxes (default 32).
 	MaxSandboxes int
 	// DefaultTTL and DefaultIdle apply when a spec gives none (1h, 15m);
@@ -135,6 +139,9 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 	eo := m.o.Engine
 	eo.WorkflowPath, eo.WorkflowBytes = filename, raw
 	eo.Events = nil
+	if m.o.Realiser != nil {
+		eo.Realise = m.o.Realiser(w, filename)
+	}
 	sb, err := engine.OpenSandbox(ctx, w, id, eo)
 	if err != nil {
 		m.mu.Lock()

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentsandbox/agentsandbox/engine"
+	"github.com/agentsandbox/agentsandbox/inputs"
+	"github.com/agentsandbox/agentsandbox/record"
+	"github.com/agentsandbox/agentsandbox/sandboxes"
+	"github.com/agentsandbox/agentsandbox/server"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
+	"github.com/agentsandbox/agentsandbox/vmrunner/namespace"
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+type serveOptions struct {
+	StateDir     string
+	Socket       string
+	Listen       string
+	TokenFile    string
+	Templates    string
+	MaxSandboxes int
+	DefaultTTL   time.Duration
+	DefaultIdle  time.Duration
+	Policy       policyOptions
+}
+
+// socketName is the server's default unix socket in the state directory.
+const socketName = "serve.sock"
+
+func newServeCmd(stdio Stdio) *cobra.Command {
+	var opts serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve long-lived sandboxes to agents over a REST API (docs/api.md)",
+		Long: `serve gives agents sandboxes to work in: create one (from a step's fields or a
+workflow step as a template), run commands in it many times (output streamed as
+NDJSON), read and write its files, and kill it. Each sandbox is a namespace jail
+set up exactly like an apply's step (policy admission, quotas, egress), and
+every command and file write is appended to its execution record, closed when
+the sandbox ends (records show, verify).
+
+It listens on a unix socket in the state directory (0600, for the user who
+runs it) unless --listen ADDR is given; TCP needs a bearer token, read from
+--token-file (never from the command line). SIGINT or SIGTERM drains the
+requests in flight, then stops every sandbox and writes their records. At
+start it removes what a server killed with SIGKILL left behind (as gc does).` + exitStatusHelp,
+		Example: `  agentsandbox serve
+  curl --unix-socket ~/.local/state/agentsandbox/serve.sock -X POST http://sandbox/v1/sandboxes -d '{}'
+  agentsandbox serve --listen 127.0.0.1:8723 --token-file /etc/agentsandbox/token`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runServe(cmd.Context(), stdio, opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.StateDir, "state-dir", "", "where records, blobs and sandbox directories live (default $XDG_STATE_HOME/agentsandbox, /var/lib/agentsandbox for root)")
+	f.StringVar(&opts.Socket, "socket", "", "unix socket to listen on (default STATE-DIR/"+socketName+")")
+	f.StringVar(&opts.Listen, "listen", "", "also listen on this TCP address, such as 127.0.0.1:8723 (needs --token-file)")
+	f.StringVar(&opts.TokenFile, "token-file", "", "file holding the bearer token TCP clients must send")
+	f.StringVar(&opts.Templates, "templates", "", "directory of workflow files a sandbox spec may name as templates (FILE#STEP)")
+	f.IntVar(&opts.MaxSandboxes, "max-sandboxes", 32, "most sandboxes running at once")
+	f.DurationVar(&opts.DefaultTTL, "default-ttl", time.Hour, "a sandbox's lifetime when its spec gives none")
+	f.DurationVar(&opts.DefaultIdle, "default-idle", 15*time.Minute, "a sandbox's idle timeout when its spec gives none")
+	opts.Policy.AddFlags(f)
+	return cmd
+}
+
+func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
+	if os.Geteuid() != 0 {
+		return withExit(ExitInfra, errors.New("serve runs sandboxes as namespace jails, which needs root: run it as root (sudo agentsandbox serve)"))
+	}
+	var token string
+	if opts.Listen != "" {
+		if opts.TokenFile == "" {
+			return usageErrorf("--listen needs --token-file: a TCP client must send a bearer token (write a long random one to a file only you can read)")
+		}
+		b, err := os.ReadFile(opts.TokenFile)
+		if err != nil {
+			return withExit(ExitInvalid, fmt.Errorf("--token-file: %w", err))
+		}
+		token = strings.TrimSpace(string(b))
+		if len(token) < 16 {
+			return usageErrorf("--token-file %s: the token is %d characters; use at least 16 random ones", opts.TokenFile, len(token))
+		}
+	}
+	if opts.Templates != "" {
+		abs, err := filepath.Abs(opts.Templates)
+		if err != nil {
+			return usageErrorf("--templates: %v", err)
+		}
+		opts.Templates = abs
+	}
+	store, err := openStore(opts.StateDir)
+	if err != nil {
+		return err
+	}
+	runRoot := filepath.Join(store.Dir(), "runs")
+	// What a server (or an apply) killed with SIGKILL left: its sandboxes
+	// died with it (their agents have a parent-death signal).
+	if removed, err := hoststate.GC("", runRoot); err != nil {
+		fmt.Fprintf(stdio.Err, "warning: cleaning what earlier runs left: %v\n", err)
+	} else {
+		for _, r := range removed {
+			fmt.Fprintf(stdio.Err, "removed %s\n", r)
+		}
+	}
+	host := engine.ProbeHost(ctx, kvmProbeFor("auto"))
+	pol, err := loadPolicy(ctx, opts.Policy, "")
+	if err != nil {
+		return err
+	}
+	fetcher := &inputs.Fetcher{Store: store, Limits: inputs.DefaultLimits, AllowOutside: opts.Policy.AllowOutsideInputs}
+	fetch := func(ctx context.Context, in workflow.Input, dir string) (record.Input, string, error) {
+		if opts.Templates == "" {
+			return record.Input{}, "", fmt.Errorf("input %q: this server has no template directory to fetch file inputs from", in.Name)
+		}
+		f, err := fetcher.Fetch(ctx, in, opts.Templates, filepath.Join(dir, "content"))
+		if err != nil {
+			return record.Input{}, "", err
+		}
+		return f.Input, f.Path, nil
+	}
+	mo := sandboxes.Options{
+		Engine: engine.Options{
+			Jobs: 1, Host: host, Store: store, RunRoot: runRoot,
+			Backends: map[workflow.Isolation]vmrunner.Backend{workflow.IsolationNamespace: namespace.New(namespace.Options{})},
+			Fetch:    fetch, Policy: pol, ToolVersion: toolVersion(),
+		},
+		TemplateDir: opts.Templates, MaxSandboxes: opts.MaxSandboxes,
+		DefaultTTL: opts.DefaultTTL, DefaultIdle: opts.DefaultIdle,
+		Logf: func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
+	}
+	if host.Nix {
+		mo.Realiser = func(w *workflow.Workflow, path string) engine.RealiseFunc {
+			nr := &engine.NixRealiser{Workflow: w, WorkflowPath: path, GenDir: engine.GenDirFor(store.Dir(), w), KVM: host.KVMUsable, Stderr: io.Discard}
+			return nr.Realise
+		}
+	}
+	mgr, err := sandboxes.New(mo)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Options{Manager: mgr, Token: token, Version: toolVersion(),
+		Logf: func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) }})
+	if err != nil {
+		return errors.Join(err, mgr.Close(context.Background()))
+	}
+	socket := opts.Socket
+	if socket == "" {
+		socket = filepath.Join(store.Dir(), socketName)
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- srv.ServeUnix(socket) }()
+	fmt.Fprintf(stdio.Err, "serving on unix socket %s\n", socket)
+	if opts.Listen != "" {
+		go func() { errs <- srv.ServeTCP(opts.Listen) }()
+		fmt.Fprintf(stdio.Err, "serving on tcp %s (bearer token from %s)\n", opts.Listen, opts.TokenFile)
+	}
+	sig, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var serveErr error
+	select {
+	case <-sig.Done():
+		fmt.Fprintln(stdio.Err, "stopping: draining requests, then stopping every sandbox")
+	case serveErr = <-errs:
+	}
+	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		serveErr = errors.Join(serveErr, err)
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return withExit(ExitInfra, serveErr)
+	}
+	return nil
+}
