@@ -342,14 +342,13 @@ func (m *Manager) Output(ctx context.Context, id, execID string, stdoutFrom, std
 }
 
 func (m *Manager) Signal(_ context.Context, id, execID, signal string) error {
-	name := strings.ToUpper(signal)
-	if !strings.HasPrefix(name, "SIG") {
-		name = "SIG" + name
+	// The signals the real manager takes, by their full names.
+	switch signal {
+	case "SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGSTOP", "SIGCONT":
+	default:
+		return sandboxes.Errorf(sandboxes.CodeBadRequest, "signal %q: want one of SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGSTOP, SIGCONT", signal)
 	}
-	sig := unix.SignalNum(name)
-	if sig == 0 {
-		return sandboxes.Errorf(sandboxes.CodeBadRequest, "signal %q: want a signal name such as SIGTERM, SIGINT or SIGKILL", signal)
-	}
+	sig := unix.SignalNum(signal)
 	e, err := m.exec(id, execID)
 	if err != nil {
 		return err
