@@ -648,6 +648,9 @@ func TestUnixSocket(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("ServeUnix: %v", err)
 	}
+	if _, err := os.Lstat(sock); err == nil {
+		t.Error("the socket is still there after Shutdown")
+	}
 
 	// A file that is not a socket is never replaced.
 	plain := filepath.Join(dir, "plain")
