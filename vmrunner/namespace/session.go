@@ -202,6 +202,10 @@ func (s *Session) dial() (*net.UnixConn, error) {
 // Done is closed when the jail has ended, by itself or by Stop.
 func (s *Session) Done() <-chan struct{} { return s.j.sb.Proc.Done() }
 
+// Seccomp is the digest of the seccomp filter the session's commands run
+// under ("sha256:<hex>"), for the record, as StepResult.Seccomp.
+func (s *Session) Seccomp() string { return s.j.seccomp }
+
 // Usage is what the sandbox's cgroup has measured so far.
 func (s *Session) Usage() (vmrunner.Usage, error) { return s.j.sb.Cgroup.Usage() }
 

@@ -117,6 +117,9 @@ func TestSessionExec(t *testing.T) {
 	if o.errEv == "" || o.exit != nil {
 		t.Errorf("missing command: %+v, want an error event", o)
 	}
+	if !strings.HasPrefix(s.Seccomp(), "sha256:") {
+		t.Errorf("Seccomp() = %q", s.Seccomp())
+	}
 	u, err := s.Usage()
 	if err != nil || u.CPUTime <= 0 || u.Pids < 1 {
 		t.Errorf("Usage: %+v, %v", u, err)
@@ -373,4 +376,38 @@ func TestSessionStopCancelled(t *testing.T) {
 	for range x.Events() {
 	}
 	assertClean(t, opts, spec)
+}
+
+// TestSessionSocketHostOnly: a command running as root inside the sandbox
+// can reach the session socket (it owns the control directory) but the
+// agent hangs up on it: only the host, outside the jail's pid namespace,
+// may run commands through it.
+func TestSessionSocketHostOnly(t *testing.T) {
+	py := testtier.Command(t, "root", "python3", "Debian: apt-get install python3")
+	if !strings.HasPrefix(py, "/usr/") {
+		py = "/usr/bin/python3"
+		if _, err := os.Stat(py); err != nil {
+			testtier.Skip(t, "root", "no /usr/bin/python3 to bind into the jail (apt-get install python3)")
+		}
+	}
+	s, spec, _ := openSession(t)
+	q := request(spec, py, "-c", `
+import socket
+s = socket.socket(socket.AF_UNIX)
+s.connect("`+guest.ControlMount+`/`+guest.SessionSocket+`")
+try:
+    s.sendall(b'{"op":"ping"}\n')
+    print("answer:", s.recv(100))
+except OSError as e:
+    print("refused:", e)
+`)
+	q.UID, q.GID = 0, 0
+	o := execWait(t, s, q)
+	if o.exit == nil || o.exit.ExitCode != 0 {
+		t.Fatalf("probe: %+v", o)
+	}
+	t.Logf("probe: %q", o.stdout)
+	if strings.Contains(o.stdout, "pong") || !(strings.Contains(o.stdout, "answer: b''") || strings.Contains(o.stdout, "refused:")) {
+		t.Fatalf("a root command inside reached the agent: %q", o.stdout)
+	}
 }
