@@ -52,7 +52,15 @@ func (r *Root) MkdirAll(rel string, perm fs.FileMode, uid, gid int) error {
 				err = cerr
 			}
 		} else if errors.Is(err, unix.EEXIST) {
-			err = nil
+			// It must be a directory, not a symlink the job planted.
+			if info, lerr := r.Lstat(next); lerr != nil {
+				err = lerr
+			} else if info.Kind == Symlink {
+				unix.Close(fd)
+				return fmt.Errorf("%s: %w", next, ErrSymlink)
+			} else {
+				err = nil
+			}
 		}
 		unix.Close(fd)
 		if err != nil {
