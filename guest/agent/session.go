@@ -117,14 +117,23 @@ func serveSession(ctx context.Context, controlDir string, console io.Writer, o S
 	accepted := make(chan struct{})
 	go func() {
 		defer close(accepted)
+		pause := time.Duration(0)
 		for {
 			c, err := ln.AcceptUnix()
 			if err != nil {
-				if !errors.Is(err, net.ErrClosed) {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				// Out of descriptors or memory: say so once, back off and
+				// go on, so the session is not left deaf.
+				if pause == 0 {
 					fmt.Fprintf(console, "%s accept on the session socket: %v\n", guest.ConsoleErrorLine, err)
 				}
-				return
+				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+				time.Sleep(pause)
+				continue
 			}
+			pause = 0
 			if o.HostOnly && !fromHost(c) {
 				c.Close()
 				continue
