@@ -8,7 +8,10 @@
 // exactly the Job's, the workdir is honoured, and a cancelled context stops
 // the step. The isolation part (Options.Isolated): the job cannot read or
 // forge the control directory, and has no network but lo: it cannot reach a
-// listener the test opens on the host's loopback.
+// listener the test opens on the host's loopback. With network.allow and
+// its egress (a gateway whose upstream is internal/testnet's made-up
+// internet), the job reaches an allowed name and nothing else, every
+// attempt is in the audit log, and the step's namespace is gone after it.
 //
 // The hostile part (every backend) runs what an attacking job would do
 // through the whole host side, engine.Run: outputs declared through
@@ -18,8 +21,8 @@
 // (or store a symlink output as a symlink).
 //
 // Jobs use only sh, cat, env, sleep and bash from the host (or from
-// Options.PATH), and coreutils for the hostile part, so the suite runs
-// without Nix.
+// Options.PATH), coreutils for the hostile part and busybox (wget,
+// timeout) for the egress part, so the suite runs without Nix.
 package runnertest
 
 import (
@@ -31,6 +34,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -41,11 +45,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/egress"
+	"github.com/agentsandbox/agentsandbox/egress/gateway"
 	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/testnet"
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 	"github.com/agentsandbox/agentsandbox/workflow"
 	"github.com/nix-community/go-nix/pkg/nar"
 )
@@ -64,6 +74,12 @@ type Options struct {
 	Isolation workflow.Isolation
 	// Setup, when set, runs before each subtest (such as testtier.Root).
 	Setup func(t *testing.T)
+	// EgressSpec, when set, readies the egress case's spec the way the
+	// product readies a step with network.allow for this backend, where
+	// the suite's spec is not enough: the VM fixture's guest has no NixOS
+	// module, so the vm test gives it a runner with the tap and the
+	// module's network setup. Isolated backends run the case either way.
+	EgressSpec func(t *testing.T, spec *vmrunner.StepSpec)
 }
 
 // Run runs the suite; newBackend returns a fresh backend for each subtest.
@@ -92,6 +108,10 @@ func Run(t *testing.T, newBackend func(t *testing.T) vmrunner.Backend, opts Opti
 				name string
 				fn   func(t *testing.T)
 			}{"NetworkNone", s.testNetworkNone},
+			struct {
+				name string
+				fn   func(t *testing.T)
+			}{"Egress", s.testEgress},
 		)
 	}
 	for _, tc := range tests {
@@ -440,6 +460,85 @@ func (s *suite) testNetworkNone(t *testing.T) {
 	case <-accepted:
 		t.Error("the host listener accepted a connection from the job")
 	default:
+	}
+}
+
+// testEgress gives a step network.allow and its gateway, whose upstream is
+// testnet's made-up internet, and has the job fetch with busybox wget: the
+// allowed name answers through the proxy; a name allowed on another port
+// and a name not allowed at all fail. The audit log has the allowed
+// connection (its name from the step's resolver, its upstream), the
+// refused one with the entry that would allow it, and the queries; the
+// step's namespace is gone afterwards.
+func (s *suite) testEgress(t *testing.T) {
+	testtier.Command(t, "root", "busybox", "apt-get install busybox-static")
+	in := testnet.New(t)
+	allow := []string{"api.example.test:80", "data.example.test:443"}
+	rules, err := egress.NewRules(allow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bandwidth = 80_000_000 // bits per second
+	gw, err := gateway.New(gateway.Config{Step: "egress", Rules: rules, Bandwidth: bandwidth / 8, Resolve: in.Resolve, Dial: in.Dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// busybox 1.35's wget crashes with -T: timeout bounds it instead.
+	spec := s.opts.Spec(t, "egress", Sh(`try() { # name url
+  if busybox timeout 30 busybox wget -q -O "$1.out" "$2"; then echo "$1 ok"; else echo "$1 failed"; fi
+}
+try allowed http://api.example.test/hello
+try wrong-port http://data.example.test/x
+try not-allowed http://evil.example.test/x
+`))
+	spec.Step.Network.Allow = allow
+	spec.Step.Resources.Bandwidth = bandwidth
+	spec.Egress = gw
+	if s.opts.EgressSpec != nil {
+		s.opts.EgressSpec(t, &spec)
+	}
+	res := RunStep(t, s.newBackend(t), spec)
+	if res.Status != vmrunner.StatusSucceeded {
+		t.Fatalf("result %+v; stderr %q", res, ReadLog(t, spec, guest.StderrFile))
+	}
+	if got, want := ReadLog(t, spec, guest.StdoutFile), "allowed ok\nwrong-port failed\nnot-allowed failed\n"; got != want {
+		t.Errorf("the job's fetches:\n%s\nwant:\n%s\nstderr:\n%s", got, want, ReadLog(t, spec, guest.StderrFile))
+	}
+	if b, err := os.ReadFile(filepath.Join(spec.Workspace, "allowed.out")); err != nil || !strings.Contains(string(b), "testnet GET api.example.test /hello") {
+		t.Errorf("the allowed fetch got %q (%v), want testnet's answer", b, err)
+	}
+	raw := gw.Log()
+	lines, err := egress.ReadLog(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var allowed, denied []egress.Conn
+	rcodes := map[string]string{} // name → rcode of its A query
+	for _, l := range lines {
+		switch {
+		case l.Conn != nil && l.Conn.Allow && l.Conn.Error == "":
+			allowed = append(allowed, *l.Conn)
+		case l.Conn != nil:
+			denied = append(denied, *l.Conn)
+		case l.Query != nil && l.Query.QType == "A":
+			rcodes[l.Query.Name] = l.Query.Rcode
+		}
+	}
+	if len(allowed) != 1 || allowed[0].Name != "api.example.test" || allowed[0].NameSource != egress.FromDNS ||
+		allowed[0].Rule != "api.example.test:80" || allowed[0].Upstream != "203.0.113.10:80" {
+		t.Errorf("allowed connections = %+v\nlog:\n%s", allowed, raw)
+	}
+	if len(denied) != 1 || denied[0].Hint != "data.example.test:80" {
+		t.Errorf("denied connections = %+v, want the one to data.example.test:80 with that hint\nlog:\n%s", denied, raw)
+	}
+	for name, want := range map[string]string{"api.example.test": "NOERROR", "data.example.test": "NOERROR", "evil.example.test": "NXDOMAIN"} {
+		if got := rcodes[name]; got != want {
+			t.Errorf("A query for %s: rcode %q, want %q\nlog:\n%s", name, got, want, raw)
+		}
+	}
+	ns := hoststate.NetnsName(spec.RunID, spec.Step.Name)
+	if _, err := os.Lstat(filepath.Join(netns.RunDir, ns)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the step's network namespace %s is still there (%v)", ns, err)
 	}
 }
 

@@ -27,9 +27,9 @@ import (
 // (nixgen's step module: nixgen.GuestAddress, 198.18.0.2/24, with the
 // default route and the only nameserver at the host's end of the tap,
 // egress.Gateway), as the guest's root, with the fixture's busybox.
-var guestNetScript = fmt.Sprintf(`ip link set eth0 up
-ip addr add %[1]s dev eth0
-ip route add default via %[2]s
+var guestNetScript = fmt.Sprintf(`busybox ip link set eth0 up
+busybox ip addr add %[1]s dev eth0
+busybox ip route add default via %[2]s
 echo 'nameserver %[2]s' > /etc/resolv.conf
 `, nixgen.GuestAddress, egress.Gateway)
 
@@ -120,7 +120,6 @@ exit 0
 `
 	s := spec(t, "fetch", runnertest.Sh(script))
 	s.Job.UID, s.Job.GID = 0, 0
-	s.Job.Env = []string{"PATH=/usr/bin:/bin:/usr/sbin:/sbin"}
 	s.Step.Network.Allow = allow
 	s.Step.Resources.Bandwidth = 10_000_000 // bits per second
 	s.Egress = eg
@@ -190,6 +189,16 @@ exit 0
 	if drops == nil || drops.By["input"] == 0 {
 		t.Errorf("the firewall's drops (the guest's ping to the tap's address) = %+v, want input drops\nlog:\n%s", drops, raw)
 	}
+}
+
+// egressSpec readies a conformance step with egress as a generated runner
+// and its NixOS guest would be: a runner with the tap, and the guest
+// module's network setup (guestNetScript, as the guest's root) before the
+// job's command.
+func egressSpec(t *testing.T, s *vmrunner.StepSpec) {
+	tapRunner(t, s, vmfixture.Interface{ID: nixgen.TapID, MAC: nixgen.GuestMAC})
+	s.Job.UID, s.Job.GID = 0, 0
+	s.Job.Command = append([]string{"sh", "-c", guestNetScript + `exec "$@"`, "sh"}, s.Job.Command...)
 }
 
 // TestEgressNeedsATap: a step with egress whose runner has no tap was not

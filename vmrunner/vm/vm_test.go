@@ -146,10 +146,11 @@ func TestConformance(t *testing.T) {
 		fx := fixture(t)
 		return checked{t: t, b: newBackend(t, Options{}), runner: fx.Dir}
 	}, runnertest.Options{
-		Isolated:  true,
-		PATH:      "/usr/bin:/bin",
-		Isolation: workflow.IsolationVM,
-		Setup:     func(t *testing.T) { fixture(t) },
+		Isolated:   true,
+		PATH:       "/usr/bin:/bin",
+		Isolation:  workflow.IsolationVM,
+		Setup:      func(t *testing.T) { fixture(t) },
+		EgressSpec: egressSpec,
 	})
 }
 
