@@ -47,7 +47,7 @@ type Sandbox struct {
 // OpenSandbox opens a sandbox for the one step of w under id (which names
 // its directories, netns and cgroup like a run id). The step's backend
 // must hold sessions (vmrunner.SessionBackend).
-func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options) (sb *Sandbox, err error) {
+func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options) (_ *Sandbox, err error) {
 	if len(w.Steps) != 1 {
 		return nil, fmt.Errorf("a sandbox is one step; the workflow has %d", len(w.Steps))
 	}
@@ -89,7 +89,7 @@ func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options
 		Version: record.Version, ToolVersion: o.ToolVersion, Host: o.Host.Record(),
 		Started: started, Policy: policyRecord(decision),
 	}
-	sb = &Sandbox{ID: id, Step: step, Decision: decision, run: r, rec: rec, started: started}
+	sb := &Sandbox{ID: id, Step: step, Decision: decision, run: r, rec: rec, started: started}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, sb.release())

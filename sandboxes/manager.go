@@ -149,6 +149,16 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 		m.mu.Unlock()
 		return Info{}, openError(err)
 	}
+	m.mu.Lock()
+	closing := m.closing
+	m.mu.Unlock()
+	if closing { // Close ran while this one was being opened
+		_, cerr := sb.Close(context.WithoutCancel(ctx), "server stopped", s.Labels, nil)
+		m.mu.Lock()
+		delete(m.boxes, id)
+		m.mu.Unlock()
+		return Info{}, &Error{Code: CodeStopped, Message: "the server is stopping", Err: cerr}
+	}
 	now := time.Now().UTC()
 	b.mu.Lock()
 	b.sb = sb
@@ -312,6 +322,12 @@ func (m *manager) Close(ctx context.Context) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for _, b := range bs {
+		b.mu.Lock()
+		opening := b.sb == nil // Create closes it itself
+		b.mu.Unlock()
+		if opening {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -21,7 +22,12 @@ const sysBlock = "/sys/block"
 
 // attachTries bounds the race with other processes taking the free loop
 // device between LOOP_CTL_GET_FREE and LOOP_CONFIGURE.
-const attachTries = 16
+const attachTries = 64
+
+// attachMu makes the attaches of one process take turns: within a
+// process (a server opening 50 sandboxes at once) they never race each
+// other for the same free device; only other processes can.
+var attachMu sync.Mutex
 
 // attach attaches img (named name, absolute) to a free loop device with
 // autoclear and direct IO (no second copy of the workspace in the host's
@@ -34,8 +40,14 @@ func attach(img *os.File, name string, before func(string) error) (*os.File, err
 		return nil, fmt.Errorf("open %s: %w", LoopControl, err)
 	}
 	defer ctl.Close()
+	attachMu.Lock()
+	defer attachMu.Unlock()
 	var lastErr error
 	for try := 0; try < attachTries; try++ {
+		if try > 0 {
+			// Another process took it: let it finish before asking again.
+			time.Sleep(time.Duration(try) * time.Millisecond)
+		}
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {
 			return nil, fmt.Errorf("find a free loop device: %w", err)
