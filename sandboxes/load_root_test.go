@@ -82,7 +82,9 @@ func newAPI(tb testing.TB, maxSandboxes int) *api {
 		}
 	})
 	tr := &http.Transport{
-		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) },
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
 		MaxIdleConnsPerHost: 64,
 	}
 	return &api{c: &http.Client{Transport: tr}, store: store, dir: dir}
