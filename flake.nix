@@ -22,7 +22,7 @@
       forAllSystems = f: lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
 
       version = "0.1.0-${self.shortRev or "dirty"}";
-      vendorHash = "sha256-Mpn0KbXyK3H7lIfYjyXMhVcTOSXU1UxJm+DwHo+/9SU=";
+      vendorHash = "sha256-qHMyOKjjHX5qoPqaeF0lryGyVUGZCXwpEgq2p3GcrPw=";
       src = lib.cleanSource ./.;
 
       goPackage = pkgs: { pname, subPackages, description }:

@@ -5,11 +5,13 @@ go 1.26.8
 require (
 	github.com/containerd/cgroups/v3 v3.1.3
 	github.com/elastic/go-seccomp-bpf v1.6.0
+	github.com/google/jsonschema-go v0.4.3
 	github.com/google/nftables v0.3.0
 	github.com/hashicorp/go-getter/v2 v2.2.5
 	github.com/klauspost/compress v1.20.0
 	github.com/miekg/dns v1.1.73
 	github.com/moby/profiles/seccomp v0.3.0
+	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/nix-community/go-nix v0.0.0-20250101154619-4bdde671e0a1
 	github.com/open-policy-agent/opa v1.22.0
 	github.com/opencontainers/runtime-spec v1.3.0
@@ -58,16 +60,20 @@ require (
 	github.com/mitchellh/go-testing-interface v1.0.0 // indirect
 	github.com/moby/sys/userns v0.1.0 // indirect
 	github.com/segmentio/asm v1.2.1 // indirect
+	github.com/segmentio/encoding v0.5.4 // indirect
 	github.com/sirupsen/logrus v1.10.2 // indirect
 	github.com/valyala/fastjson v1.6.10 // indirect
 	github.com/vektah/gqlparser/v2 v2.5.58 // indirect
 	github.com/xeipuuv/gojsonpointer v0.0.0-20190905194746-02993c407bfb // indirect
 	github.com/xeipuuv/gojsonreference v0.0.0-20180127040603-bd5ef7bd5415 // indirect
 	github.com/yashtewari/glob-intersection v0.2.0 // indirect
+	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/exp v0.0.0-20241108190413-2d47ceb2692f // indirect
+	golang.org/x/oauth2 v0.35.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
