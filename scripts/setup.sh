@@ -17,6 +17,8 @@ packages=(
   bubblewrap        # bwrap, the baseline the apply benchmarks are measured beside
   iproute2          # ip netns, for people inspecting runs
   git               # git inputs
+  python3           # the Python client's tests (clients/python); python3-minimal lacks
+                    # json, http.client and unittest
   ca-certificates
 )
 

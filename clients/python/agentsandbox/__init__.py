@@ -1,0 +1,23 @@
+"""A client for the REST API of `agentsandbox serve` (docs/api.md), standard library only.
+
+    from agentsandbox import Sandbox
+
+    with Sandbox.create(packages=["python3"], labels={"task": "demo"}) as sb:
+        sb.files.write("main.py", "print(6*7)\n")
+        r = sb.commands.run(["python3", "main.py"])
+        print(r.exit_code, r.stdout)
+
+The server is found by the arguments socket= or base_url= (with token=),
+else $AGENTSANDBOX_SOCKET, else $AGENTSANDBOX_URL (with
+$AGENTSANDBOX_TOKEN), else the default socket: /var/lib/agentsandbox/serve.sock
+for root, $XDG_STATE_HOME/agentsandbox/serve.sock or
+~/.local/state/agentsandbox/serve.sock for others.
+"""
+
+from ._errors import AgentSandboxError
+from ._sandbox import (CommandHandle, CommandOutput, CommandResult, Commands, FileInfo, Files, Sandbox,
+                       SandboxInfo, Usage)
+from ._transport import Transport, default_socket, default_state_dir
+
+__all__ = ["AgentSandboxError", "CommandHandle", "CommandOutput", "CommandResult", "Commands", "FileInfo",
+           "Files", "Sandbox", "SandboxInfo", "Transport", "Usage", "default_socket", "default_state_dir"]

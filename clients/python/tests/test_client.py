@@ -1,0 +1,278 @@
+"""Tests of the Python client against a running server.
+
+clients/python/python_test.go runs them against fakeserve (and, as root,
+against the real `agentsandbox serve`). They need:
+
+  AGENTSANDBOX_TEST_SOCKET  the server's unix socket
+  AGENTSANDBOX_TEST_URL     (optional) its TCP address, http://HOST:PORT,
+  AGENTSANDBOX_TEST_TOKEN   with the bearer token
+"""
+
+import os
+import sys
+import threading
+import time
+import unittest
+from unittest import mock
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import agentsandbox  # noqa: E402
+from agentsandbox import AgentSandboxError, Sandbox  # noqa: E402
+
+SOCKET = os.environ.get("AGENTSANDBOX_TEST_SOCKET", "")
+URL = os.environ.get("AGENTSANDBOX_TEST_URL", "")
+TOKEN = os.environ.get("AGENTSANDBOX_TEST_TOKEN", "")
+
+if not SOCKET:
+    raise unittest.SkipTest("set AGENTSANDBOX_TEST_SOCKET to a server's socket (go test ./clients/python does)")
+
+
+def new_sandbox(**kw):
+    kw.setdefault("socket", SOCKET)
+    kw.setdefault("labels", {"test": "python-client"})
+    return Sandbox.create(**kw)
+
+
+class SandboxLifecycle(unittest.TestCase):
+    def test_create_info_list_extend_kill(self):
+        run_id = "r%d" % time.monotonic_ns()
+        sb = new_sandbox(labels={"test": "python-client", "run": run_id}, ttl=600, idle_timeout="5m")
+        self.assertTrue(sb.id)
+        info = sb.info()
+        self.assertEqual(info.id, sb.id)
+        self.assertEqual(info.state, "running")
+        self.assertEqual(info.labels["run"], run_id)
+        self.assertTrue(sb.is_running())
+
+        ids = [i.id for i in Sandbox.list(labels={"run": run_id}, socket=SOCKET)]
+        self.assertEqual(ids, [sb.id])
+        self.assertEqual(Sandbox.list(labels={"run": run_id + "-other"}, socket=SOCKET), [])
+        self.assertIn(sb.id, [i.id for i in Sandbox.list(socket=SOCKET)])
+
+        before = sb.info().expires_at
+        after = sb.extend(ttl="2h", idle_timeout=1200)
+        self.assertGreater(after.expires_at, before)
+        with self.assertRaises(ValueError):
+            sb.extend()
+
+        again = Sandbox.connect(sb.id, socket=SOCKET)
+        self.assertEqual(again.id, sb.id)
+
+        record = sb.kill()
+        self.assertRegex(record, r"^[0-9a-z]{32,64}$")
+        info = sb.info()
+        self.assertEqual(info.state, "stopped")
+        self.assertEqual(info.record, record)
+        self.assertEqual(info.ended, "killed")
+        with self.assertRaises(AgentSandboxError) as cm:
+            sb.commands.run("true")
+        self.assertEqual(cm.exception.code, "conflict")
+        self.assertEqual(cm.exception.status, 409)
+
+    def test_context_manager_kills(self):
+        with new_sandbox() as sb:
+            self.assertEqual(sb.commands.run("true").exit_code, 0)
+        self.assertEqual(sb.info().state, "stopped")
+
+    def test_connect_unknown(self):
+        with self.assertRaises(AgentSandboxError) as cm:
+            Sandbox.connect("sb-000000000000", socket=SOCKET)
+        e = cm.exception
+        self.assertEqual((e.code, e.status), ("not_found", 404))
+        self.assertIn("sb-000000000000", e.message)
+
+    def test_unreachable_server(self):
+        with self.assertRaises(AgentSandboxError) as cm:
+            Sandbox.list(socket=os.path.join(os.path.dirname(SOCKET), "no-such.sock"))
+        self.assertEqual(cm.exception.code, "unavailable")
+        self.assertIn("agentsandbox serve", cm.exception.message)
+
+    def test_default_socket_from_environment(self):
+        with mock.patch.dict(os.environ, {"AGENTSANDBOX_SOCKET": SOCKET, "AGENTSANDBOX_URL": ""}):
+            self.assertIsInstance(Sandbox.list(), list)
+
+    def test_default_state_dir_rule(self):
+        with mock.patch("os.geteuid", return_value=0):
+            self.assertEqual(agentsandbox.default_socket(), "/var/lib/agentsandbox/serve.sock")
+        with mock.patch("os.geteuid", return_value=1000):
+            with mock.patch.dict(os.environ, {"XDG_STATE_HOME": "/x/state", "HOME": "/home/u"}):
+                self.assertEqual(agentsandbox.default_socket(), "/x/state/agentsandbox/serve.sock")
+            with mock.patch.dict(os.environ, {"XDG_STATE_HOME": "relative", "HOME": "/home/u"}):
+                self.assertEqual(agentsandbox.default_socket(), "/home/u/.local/state/agentsandbox/serve.sock")
+
+
+class CommandsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.sb = new_sandbox()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sb.kill()
+
+    def test_shell_and_argv(self):
+        r = self.sb.commands.run("echo out; echo err >&2")
+        self.assertEqual((r.exit_code, r.stdout, r.stderr, r.signal, r.timed_out), (0, "out\n", "err\n", None, False))
+        self.assertTrue(r.ok)
+        r = self.sb.commands.run(["printf", "%s|", "a b", "$HOME"])
+        self.assertEqual(r.stdout, "a b|$HOME|")
+
+    def test_nonzero_exit_is_data(self):
+        r = self.sb.commands.run("echo failing >&2; exit 3")
+        self.assertEqual(r.exit_code, 3)
+        self.assertEqual(r.stderr, "failing\n")
+        self.assertFalse(r.ok)
+
+    def test_cwd_env_stdin(self):
+        self.sb.files.write("sub/keep", "")
+        r = self.sb.commands.run("pwd; echo $GREETING; wc -l", cwd="sub", env={"GREETING": "hello"}, stdin="a\nb\n")
+        lines = r.stdout.split()
+        self.assertTrue(lines[0].endswith("/sub"), r.stdout)
+        self.assertEqual(lines[1:], ["hello", "2"])
+
+    def test_state_persists_between_commands(self):
+        self.sb.commands.run("echo kept > state.txt")
+        self.assertEqual(self.sb.commands.run("cat state.txt").stdout, "kept\n")
+
+    def test_timeout(self):
+        r = self.sb.commands.run(["sleep", "30"], timeout=0.5)
+        self.assertTrue(r.timed_out)
+        self.assertNotEqual(r.exit_code, 0)
+
+    def test_binary_output(self):
+        r = self.sb.commands.run(r"printf 'a\377b'")
+        self.assertEqual(r.stdout_bytes, b"a\xffb")
+
+    def test_cannot_start(self):
+        with self.assertRaises(AgentSandboxError) as cm:
+            self.sb.commands.run(["no-such-command-agentsandbox"])
+        self.assertEqual(cm.exception.code, "exec_error")
+        self.assertIn("no-such-command-agentsandbox", cm.exception.message)
+
+    def test_bad_request(self):
+        with self.assertRaises(TypeError):
+            self.sb.commands.run([])
+        with self.assertRaises(AgentSandboxError) as cm:
+            self.sb.commands.run("true", timeout="soon")
+        self.assertEqual((cm.exception.code, cm.exception.status), ("bad_request", 400))
+
+    def test_streams_as_output_arrives(self):
+        # The command waits for a file that the on_stdout callback writes
+        # once it has seen "ready": this ends only if output is delivered
+        # while the command runs.
+        seen = []
+
+        def on_stdout(text):
+            seen.append(text)
+            if "ready" in "".join(seen) and not self.sb.files.exists("go"):
+                self.sb.files.write("go", "")
+
+        r = self.sb.commands.run("rm -f go; echo ready; while [ ! -e go ]; do sleep 0.05; done; echo done",
+                                 timeout=20, on_stdout=on_stdout)
+        self.assertFalse(r.timed_out, "the output was not streamed while the command ran")
+        self.assertEqual(r.stdout, "ready\ndone\n")
+        self.assertEqual("".join(seen), "ready\ndone\n")
+
+    def test_background(self):
+        h = self.sb.commands.run("echo one; echo warn >&2; while [ ! -e bg-go ]; do sleep 0.05; done; echo two",
+                                 background=True)
+        self.assertTrue(h.id)
+        deadline = time.monotonic() + 10
+        o = h.output()
+        while "one" not in o.stdout and time.monotonic() < deadline:
+            time.sleep(0.05)
+            o = h.output()
+        self.assertEqual(o.stdout, "one\n")
+        self.assertIsNone(o.result)
+        self.assertTrue(h.info()["running"])
+        self.sb.files.write("bg-go", "")
+        r = h.wait()
+        self.assertEqual((r.exit_code, r.stdout, r.stderr), (0, "one\ntwo\n", "warn\n"))
+        rest = h.output(stdout=o.stdout_offset, stderr=o.stderr_offset)
+        self.assertEqual(rest.stdout, "two\n")
+        self.assertEqual(rest.stdout_offset, len("one\ntwo\n"))
+        self.assertEqual(rest.result.exit_code, 0)
+        self.assertEqual(self.sb.commands.connect(h.id).info()["exit"]["exitCode"], 0)
+
+    def test_background_signal(self):
+        h = self.sb.commands.run(["sleep", "30"], background=True)
+        h.signal("SIGTERM")
+        r = h.wait()
+        self.assertEqual(r.signal, "SIGTERM")
+        with self.assertRaises(AgentSandboxError) as cm:
+            h.signal("SIGNOTONE")
+        self.assertIn(cm.exception.code, ("bad_request", "conflict"))
+
+
+class FilesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.sb = new_sandbox()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sb.kill()
+
+    def test_write_read_stat_list_remove(self):
+        f = self.sb.files
+        data = bytes(range(256)) * 10
+        info = f.write("dir/sub/blob.bin", data)
+        self.assertEqual((info.path, info.type, info.size), ("dir/sub/blob.bin", "file", len(data)))
+        self.assertRegex(info.sha256, r"^[0-9a-f]{64}$")
+        self.assertEqual(f.read("dir/sub/blob.bin"), data)
+        f.write("dir/run.sh", "#!/bin/sh\necho ran\n", mode=0o755)
+        self.assertEqual(f.stat("dir/run.sh").mode, "0755")
+        self.assertEqual(self.sb.commands.run("./dir/run.sh").stdout, "ran\n")
+        self.assertEqual(f.read_text("/workspace/dir/run.sh"), "#!/bin/sh\necho ran\n")
+        names = sorted((e.name, e.type) for e in f.list("dir"))
+        self.assertEqual(names, [("run.sh", "file"), ("sub", "dir")])
+        self.assertIn("dir", [e.name for e in f.list()])
+        with self.assertRaises(AgentSandboxError) as cm:
+            f.remove("dir")
+        self.assertEqual(cm.exception.status // 100, 4)
+        f.remove("dir/run.sh")
+        self.assertFalse(f.exists("dir/run.sh"))
+        f.remove("dir", recursive=True)
+        self.assertFalse(f.exists("dir"))
+
+    def test_names_that_need_quoting(self):
+        name = "sp ace/q?u#e%s&t.txt"
+        self.sb.files.write(name, "odd")
+        self.assertEqual(self.sb.files.read_text(name), "odd")
+        self.assertEqual(self.sb.commands.run(["cat", name]).stdout, "odd")
+
+    def test_errors(self):
+        f = self.sb.files
+        with self.assertRaises(AgentSandboxError) as cm:
+            f.read("missing.txt")
+        self.assertEqual((cm.exception.code, cm.exception.status), ("not_found", 404))
+        with self.assertRaises(AgentSandboxError) as cm:
+            f.read("a/../../etc/passwd")
+        self.assertEqual(cm.exception.code, "bad_request")
+        with self.assertRaises(AgentSandboxError) as cm:
+            f.write("/etc/x", "no")
+        self.assertEqual(cm.exception.code, "bad_request")
+
+
+@unittest.skipUnless(URL, "set AGENTSANDBOX_TEST_URL and AGENTSANDBOX_TEST_TOKEN to test TCP")
+class TCPTest(unittest.TestCase):
+    def test_token(self):
+        with Sandbox.create(base_url=URL, token=TOKEN) as sb:
+            self.assertEqual(sb.commands.run("echo tcp").stdout, "tcp\n")
+            sb.files.write("t.txt", b"x")
+            self.assertEqual(sb.files.read("t.txt"), b"x")
+
+    def test_token_from_environment(self):
+        with mock.patch.dict(os.environ, {"AGENTSANDBOX_SOCKET": "", "AGENTSANDBOX_URL": URL,
+                                          "AGENTSANDBOX_TOKEN": TOKEN}):
+            self.assertIsInstance(Sandbox.list(), list)
+
+    def test_wrong_token(self):
+        with self.assertRaises(AgentSandboxError) as cm:
+            Sandbox.list(base_url=URL, token="wrong-token-wrong-token")
+        self.assertEqual((cm.exception.code, cm.exception.status), ("unauthorized", 401))
+
+
+if __name__ == "__main__":
+    unittest.main()
