@@ -62,6 +62,11 @@ type Options struct {
 	Version string
 	// Logf logs what the server cannot tell a client (nil: silent).
 	Logf func(format string, args ...any)
+	// Extra are more handlers by http.ServeMux pattern, such as "/mcp"
+	// for the MCP server of package server/mcp. They are served behind the
+	// same authentication, drain and per-client limit as the API, and are
+	// not described by openapi.json.
+	Extra map[string]http.Handler
 }
 
 // Server serves a Manager over HTTP.
@@ -70,6 +75,7 @@ type Server struct {
 	mux       *http.ServeMux
 	handler   http.Handler
 	patterns  []string // as registered, in order
+	extra     []string // the patterns of Options.Extra
 	fileLimit int64    // tests lower sandboxes.MaxFileBytes
 
 	mu       sync.Mutex
@@ -100,6 +106,10 @@ func New(o Options) (*Server, error) {
 	s := &Server{o: o, mux: http.NewServeMux(), perKey: map[string]int{}}
 	s.baseCtx, s.cancel = context.WithCancel(context.Background())
 	s.routes()
+	if err := s.extraRoutes(); err != nil {
+		s.cancel()
+		return nil, err
+	}
 	s.handler = http.HandlerFunc(s.serve)
 	return s, nil
 }
