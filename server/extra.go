@@ -37,4 +37,3 @@ func (s *Server) extraRoutes() (err error) {
 	}
 	return nil
 }
-
