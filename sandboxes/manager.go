@@ -54,6 +54,7 @@ type manager struct {
 	mu      sync.Mutex
 	boxes   map[string]*box
 	closing bool
+	opening sync.WaitGroup // Creates between their reservation and their end
 
 	stop chan struct{}
 	done chan struct{}
@@ -134,7 +135,9 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 	// Reserve the place while the sandbox is being opened.
 	b := &box{m: m, id: id, execs: map[string]*execState{}}
 	m.boxes[id] = b
+	m.opening.Add(1)
 	m.mu.Unlock()
+	defer m.opening.Done()
 
 	eo := m.o.Engine
 	eo.WorkflowPath, eo.WorkflowBytes = filename, raw
@@ -318,6 +321,9 @@ func (m *manager) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	close(m.stop)
 	<-m.done
+	// A Create under way sees closing when it is done and closes its
+	// sandbox itself; wait for it, so nothing outlives Close.
+	m.opening.Wait()
 	var errs []error
 	var wg sync.WaitGroup
 	var mu sync.Mutex

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -163,12 +164,24 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 	if socket == "" {
 		socket = filepath.Join(store.Dir(), socketName)
 	}
-	errs := make(chan error, 2)
-	go func() { errs <- srv.ServeUnix(socket) }()
-	fmt.Fprintf(stdio.Err, "serving on unix socket %s\n", socket)
+	// Listen before saying so: a client that reads the line can connect.
+	ul, err := server.ListenUnix(socket)
+	if err != nil {
+		return withExit(ExitInfra, errors.Join(err, mgr.Close(context.Background())))
+	}
+	var tl net.Listener
 	if opts.Listen != "" {
-		go func() { errs <- srv.ServeTCP(opts.Listen) }()
-		fmt.Fprintf(stdio.Err, "serving on tcp %s (bearer token from %s)\n", opts.Listen, opts.TokenFile)
+		if tl, err = net.Listen("tcp", opts.Listen); err != nil {
+			ul.Close()
+			return withExit(ExitInfra, errors.Join(fmt.Errorf("--listen: %w", err), mgr.Close(context.Background())))
+		}
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- srv.Serve(ul) }()
+	fmt.Fprintf(stdio.Err, "serving on unix socket %s\n", socket)
+	if tl != nil {
+		go func() { errs <- srv.Serve(tl) }()
+		fmt.Fprintf(stdio.Err, "serving on tcp %s (bearer token from %s)\n", tl.Addr(), opts.TokenFile)
 	}
 	sig, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/netns"
+	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+)
+
+// unixClient talks HTTP to a server's unix socket.
+func unixClient(sock string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+}
+
+// TestServeKilledAndRestarted: a server killed with SIGKILL while a
+// command runs takes its sandboxes with it (their agents have a
+// parent-death signal); the next server start removes what they held,
+// and the sandbox is cleanly gone (404), not half there.
+func TestServeKilledAndRestarted(t *testing.T) {
+	testtier.Root(t)
+	dir := t.TempDir()
+	bin := buildCLI(t, dir)
+	state := filepath.Join(dir, "state")
+	sock := filepath.Join(state, socketName)
+	s := startApply(t, bin, "serve", "--state-dir", state)
+	s.waitFor(t, "serving on unix socket", time.Minute)
+	c := unixClient(sock)
+
+	resp, err := c.Post("http://sandbox/v1/sandboxes", "application/json", strings.NewReader(`{"labels": {"test": "killed"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct{ ID string }
+	json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if resp.StatusCode != 201 || info.ID == "" {
+		t.Fatalf("create: %d %+v", resp.StatusCode, info)
+	}
+	resp, err = c.Post("http://sandbox/v1/sandboxes/"+info.ID+"/exec", "application/json", strings.NewReader(`{"shell": "echo started; sleep 300"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+	if !strings.Contains(line, "started") {
+		t.Fatalf("exec's first event: %q", line)
+	}
+	runs, _ := os.ReadDir(filepath.Join(state, "runs"))
+	if len(runs) != 1 {
+		t.Fatalf("sandbox directories while it runs: %v", runs)
+	}
+	s.cmd.Process.Signal(syscall.SIGKILL)
+	s.wait()
+	resp.Body.Close()
+
+	s2 := startApply(t, bin, "serve", "--state-dir", state)
+	s2.waitFor(t, "serving on unix socket", time.Minute)
+	resp, err = c.Get("http://sandbox/v1/sandboxes/" + info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Errorf("the killed server's sandbox after a restart: %d, want 404 (cleanly gone)", resp.StatusCode)
+	}
+	nss, _ := netns.List(netns.Prefix)
+	for _, n := range nss {
+		if strings.HasPrefix(n, netns.Prefix+info.ID[:8]) {
+			t.Errorf("network namespace left: %s", n)
+		}
+	}
+	if cgs, _ := cgroup.List("/agentsandbox/" + info.ID); len(cgs) > 0 {
+		t.Errorf("cgroups left: %v", cgs)
+	}
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), state) {
+		t.Errorf("mounts left under the state directory")
+	}
+	if runs, _ := os.ReadDir(filepath.Join(state, "runs")); len(runs) != 0 {
+		t.Errorf("sandbox directories left: %v", runs)
+	}
+	if pids := stepProcesses(t, "sleep", info.ID+"/sandbox"); len(pids) > 0 {
+		t.Errorf("the sandbox's processes outlived the server: %v", pids)
+	}
+	s2.cmd.Process.Signal(syscall.SIGTERM)
+	if err := s2.wait(); err != nil {
+		t.Errorf("serve after SIGTERM: %v", err)
+	}
+	if _, err := os.Stat(sock); err == nil {
+		t.Error("the socket is left after a clean stop")
+	}
+}
