@@ -24,9 +24,9 @@ func needNode(t *testing.T) (node, npm string) {
 		return node, npm
 	}
 	if os.Getenv("CI") == "true" {
-		t.Fatal("node or npm is missing: install nodejs and npm (on Debian: apt-get install nodejs npm)")
+		t.Fatal("node or npm is missing: install nodejs and npm (scripts/setup.sh does)")
 	}
-	t.Skip("node or npm is missing: install nodejs and npm (on Debian: apt-get install nodejs npm) to run the TypeScript client test")
+	t.Skip("node or npm is missing: install nodejs and npm (scripts/setup.sh does) to run the TypeScript client test")
 	return "", ""
 }
 
