@@ -15,12 +15,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/inputs"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 	"github.com/agentsandbox/agentsandbox/server"
+	mcpserver "github.com/agentsandbox/agentsandbox/server/mcp"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 	"github.com/agentsandbox/agentsandbox/vmrunner/namespace"
@@ -56,7 +58,9 @@ the sandbox ends (records show, verify).
 
 It listens on a unix socket in the state directory (0600, for the user who
 runs it) unless --listen ADDR is given; TCP needs a bearer token, read from
---token-file (never from the command line). SIGINT or SIGTERM drains the
+--token-file (never from the command line). The same sandboxes are offered to
+MCP clients over streamable HTTP at /mcp, behind the same authentication
+(docs/mcp.md; agentsandbox mcp serves them on stdio). SIGINT or SIGTERM drains the
 requests in flight, then stops every sandbox and writes their records. At
 start it removes what a server killed with SIGKILL left behind (as gc does).` + exitStatusHelp,
 		Example: `  agentsandbox serve
@@ -68,15 +72,10 @@ start it removes what a server killed with SIGKILL left behind (as gc does).` + 
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.StateDir, "state-dir", "", "where records, blobs and sandbox directories live (default $XDG_STATE_HOME/agentsandbox, /var/lib/agentsandbox for root)")
+	opts.addManagerFlags(f)
 	f.StringVar(&opts.Socket, "socket", "", "unix socket to listen on (default STATE-DIR/"+socketName+")")
 	f.StringVar(&opts.Listen, "listen", "", "also listen on this TCP address, such as 127.0.0.1:8723 (needs --token-file)")
 	f.StringVar(&opts.TokenFile, "token-file", "", "file holding the bearer token TCP clients must send")
-	f.StringVar(&opts.Templates, "templates", "", "directory of workflow files a sandbox spec may name as templates (FILE#STEP)")
-	f.IntVar(&opts.MaxSandboxes, "max-sandboxes", 32, "most sandboxes running at once")
-	f.DurationVar(&opts.DefaultTTL, "default-ttl", time.Hour, "a sandbox's lifetime when its spec gives none")
-	f.DurationVar(&opts.DefaultIdle, "default-idle", 15*time.Minute, "a sandbox's idle timeout when its spec gives none")
-	opts.Policy.AddFlags(f)
 	return cmd
 }
 
@@ -98,65 +97,14 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 			return usageErrorf("--token-file %s: the token is %d characters; use at least 16 random ones", opts.TokenFile, len(token))
 		}
 	}
-	if opts.Templates != "" {
-		abs, err := filepath.Abs(opts.Templates)
-		if err != nil {
-			return usageErrorf("--templates: %v", err)
-		}
-		opts.Templates = abs
-	}
-	store, err := openStore(opts.StateDir)
+	mgr, store, err := newServeManager(ctx, stdio, opts)
 	if err != nil {
 		return err
 	}
-	runRoot := filepath.Join(store.Dir(), "runs")
-	// What a server (or an apply) killed with SIGKILL left: its sandboxes
-	// died with it (their agents have a parent-death signal).
-	if removed, err := hoststate.GC("", runRoot); err != nil {
-		fmt.Fprintf(stdio.Err, "warning: cleaning what earlier runs left: %v\n", err)
-	} else {
-		for _, r := range removed {
-			fmt.Fprintf(stdio.Err, "removed %s\n", r)
-		}
-	}
-	host := engine.ProbeHost(ctx, kvmProbeFor("auto"))
-	pol, err := loadPolicy(ctx, opts.Policy, "")
-	if err != nil {
-		return err
-	}
-	fetcher := &inputs.Fetcher{Store: store, Limits: inputs.DefaultLimits, AllowOutside: opts.Policy.AllowOutsideInputs}
-	fetch := func(ctx context.Context, in workflow.Input, dir string) (record.Input, string, error) {
-		if opts.Templates == "" {
-			return record.Input{}, "", fmt.Errorf("input %q: this server has no template directory to fetch file inputs from", in.Name)
-		}
-		f, err := fetcher.Fetch(ctx, in, opts.Templates, filepath.Join(dir, "content"))
-		if err != nil {
-			return record.Input{}, "", err
-		}
-		return f.Input, f.Path, nil
-	}
-	mo := sandboxes.Options{
-		Engine: engine.Options{
-			Jobs: 1, Host: host, Store: store, RunRoot: runRoot,
-			Backends: map[workflow.Isolation]vmrunner.Backend{workflow.IsolationNamespace: namespace.New(namespace.Options{})},
-			Fetch:    fetch, Policy: pol, ToolVersion: toolVersion(),
-		},
-		TemplateDir: opts.Templates, MaxSandboxes: opts.MaxSandboxes,
-		DefaultTTL: opts.DefaultTTL, DefaultIdle: opts.DefaultIdle,
-		Logf: func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
-	}
-	if host.Nix {
-		mo.Realiser = func(w *workflow.Workflow, path string) engine.RealiseFunc {
-			nr := &engine.NixRealiser{Workflow: w, WorkflowPath: path, GenDir: engine.GenDirFor(store.Dir(), w), KVM: host.KVMUsable, Stderr: io.Discard}
-			return nr.Realise
-		}
-	}
-	mgr, err := sandboxes.New(mo)
-	if err != nil {
-		return err
-	}
+	mcpServer := mcpserver.New(mgr, toolVersion(), mcpserver.Options{Records: store})
 	srv, err := server.New(server.Options{Manager: mgr, Token: token, Version: toolVersion(),
-		Logf: func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) }})
+		Logf:  func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
+		Extra: map[string]http.Handler{"/mcp": mcpserver.HTTPHandler(mcpServer)}})
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))
 	}
@@ -200,4 +148,77 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 		return withExit(ExitInfra, serveErr)
 	}
 	return nil
+}
+
+// newServeManager opens the state directory, removes what a killed server
+// left, and starts the sandbox manager that serve and mcp share.
+func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (sandboxes.Manager, *record.Store, error) {
+	if opts.Templates != "" {
+		abs, err := filepath.Abs(opts.Templates)
+		if err != nil {
+			return nil, nil, usageErrorf("--templates: %v", err)
+		}
+		opts.Templates = abs
+	}
+	store, err := openStore(opts.StateDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	runRoot := filepath.Join(store.Dir(), "runs")
+	// What a server (or an apply) killed with SIGKILL left: its sandboxes
+	// died with it (their agents have a parent-death signal).
+	if removed, err := hoststate.GC("", runRoot); err != nil {
+		fmt.Fprintf(stdio.Err, "warning: cleaning what earlier runs left: %v\n", err)
+	} else {
+		for _, r := range removed {
+			fmt.Fprintf(stdio.Err, "removed %s\n", r)
+		}
+	}
+	host := engine.ProbeHost(ctx, kvmProbeFor("auto"))
+	pol, err := loadPolicy(ctx, opts.Policy, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	fetcher := &inputs.Fetcher{Store: store, Limits: inputs.DefaultLimits, AllowOutside: opts.Policy.AllowOutsideInputs}
+	fetch := func(ctx context.Context, in workflow.Input, dir string) (record.Input, string, error) {
+		if opts.Templates == "" {
+			return record.Input{}, "", fmt.Errorf("input %q: this server has no template directory to fetch file inputs from", in.Name)
+		}
+		f, err := fetcher.Fetch(ctx, in, opts.Templates, filepath.Join(dir, "content"))
+		if err != nil {
+			return record.Input{}, "", err
+		}
+		return f.Input, f.Path, nil
+	}
+	mo := sandboxes.Options{
+		Engine: engine.Options{
+			Jobs: 1, Host: host, Store: store, RunRoot: runRoot,
+			Backends: map[workflow.Isolation]vmrunner.Backend{workflow.IsolationNamespace: namespace.New(namespace.Options{})},
+			Fetch:    fetch, Policy: pol, ToolVersion: toolVersion(),
+		},
+		TemplateDir: opts.Templates, MaxSandboxes: opts.MaxSandboxes,
+		DefaultTTL: opts.DefaultTTL, DefaultIdle: opts.DefaultIdle,
+		Logf: func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
+	}
+	if host.Nix {
+		mo.Realiser = func(w *workflow.Workflow, path string) engine.RealiseFunc {
+			nr := &engine.NixRealiser{Workflow: w, WorkflowPath: path, GenDir: engine.GenDirFor(store.Dir(), w), KVM: host.KVMUsable, Stderr: io.Discard}
+			return nr.Realise
+		}
+	}
+	mgr, err := sandboxes.New(mo)
+	if err != nil {
+		return nil, nil, err
+	}
+	return mgr, store, nil
+}
+
+// addManagerFlags adds the flags of the sandbox manager serve and mcp share.
+func (opts *serveOptions) addManagerFlags(f *pflag.FlagSet) {
+	f.StringVar(&opts.StateDir, "state-dir", "", "where records, blobs and sandbox directories live (default $XDG_STATE_HOME/agentsandbox, /var/lib/agentsandbox for root)")
+	f.StringVar(&opts.Templates, "templates", "", "directory of workflow files a sandbox spec may name as templates (FILE#STEP)")
+	f.IntVar(&opts.MaxSandboxes, "max-sandboxes", 32, "most sandboxes running at once")
+	f.DurationVar(&opts.DefaultTTL, "default-ttl", time.Hour, "a sandbox's lifetime when its spec gives none")
+	f.DurationVar(&opts.DefaultIdle, "default-idle", 15*time.Minute, "a sandbox's idle timeout when its spec gives none")
+	opts.Policy.AddFlags(f)
 }
