@@ -1,0 +1,346 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/server"
+)
+
+const sandboxTestToken = "sandbox-cli-test-token-0123456789"
+
+// fakeServe serves the fake manager (it isolates nothing: commands run
+// here, in a temporary directory per sandbox) on a unix socket and on
+// TCP with a token; it returns the socket and the URL.
+func fakeServe(t *testing.T) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := server.New(server.Options{Manager: fakesandboxes.New(t.TempDir()), Token: sandboxTestToken, Version: "fake"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "as.sock")
+	go s.ServeUnix(sock)
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		ts.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fake server's socket: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return sock, ts.URL
+}
+
+// cli runs the CLI in-process with stdin and returns its exit status,
+// stdout and stderr.
+func cli(t *testing.T, stdin string, out io.Writer, args ...string) (int, string, string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	if out == nil {
+		out = &o
+	}
+	code := Execute(context.Background(), Stdio{In: strings.NewReader(stdin), Out: out, Err: &e}, args)
+	return code, o.String(), e.String()
+}
+
+func TestSandboxCLIFake(t *testing.T) {
+	t.Setenv("AGENTSANDBOX_URL", "")
+	sock, _ := fakeServe(t)
+	t.Setenv("AGENTSANDBOX_SOCKET", sock)
+	dir := t.TempDir()
+
+	code, out, errs := cli(t, "", nil, "sandbox", "create", "--label", "project=demo", "--label", "owner=me", "--ttl", "30m", "--env", "GREETING=hi")
+	if code != 0 {
+		t.Fatalf("create: exit %d: %s", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	if !regexp.MustCompile(`^sb-\w+$`).MatchString(id) {
+		t.Fatalf("create printed %q, want a sandbox id", out)
+	}
+	if _, _, errs := cli(t, "", nil, "sandbox", "create", "--label", "project=other"); errs != "" {
+		t.Fatal(errs)
+	}
+
+	code, out, _ = cli(t, "", nil, "sandbox", "ls", "--label", "project=demo")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "ID") || !strings.HasPrefix(lines[1], id+" ") ||
+		!strings.Contains(lines[1], "owner=me,project=demo") || !strings.Contains(lines[1], "running") {
+		t.Errorf("ls --label project=demo: exit %d:\n%s", code, out)
+	}
+	if _, out, _ = cli(t, "", nil, "sandbox", "ls"); strings.Count(out, "\n") != 3 {
+		t.Errorf("ls: want a header and two sandboxes:\n%s", out)
+	}
+
+	// Exec: output, the command's exit status, stdin, cwd, env.
+	code, out, errs = cli(t, "", nil, "sandbox", "exec", id, "--", "sh", "-c", "echo out; echo err >&2; echo $GREETING; exit 7")
+	if code != 7 || out != "out\nhi\n" || errs != "err\n" {
+		t.Errorf("exec: exit %d, stdout %q, stderr %q; want 7, \"out\\nhi\\n\", \"err\\n\"", code, out, errs)
+	}
+	code, out, errs = cli(t, "a\nb\nc\n", nil, "sandbox", "exec", "-i", id, "--", "wc", "-l")
+	if code != 0 || strings.TrimSpace(out) != "3" {
+		t.Errorf("exec -i wc -l: exit %d, %q %q", code, out, errs)
+	}
+	cli(t, "", nil, "sandbox", "exec", id, "--", "mkdir", "sub")
+	code, out, _ = cli(t, "", nil, "sandbox", "exec", "--cwd", "sub", "--env", "X=1", id, "--", "sh", "-c", "basename $PWD; echo $X")
+	if code != 0 || out != "sub\n1\n" {
+		t.Errorf("exec --cwd sub --env X=1: exit %d, %q", code, out)
+	}
+	code, _, errs = cli(t, "", nil, "sandbox", "exec", "--timeout", "200ms", id, "--", "sleep", "30")
+	if code != 128+int(syscall.SIGKILL) && code != ExitStepFailed || !strings.Contains(errs, "timed out") {
+		t.Errorf("exec --timeout: exit %d, %q; want 137 or 1 and a message", code, errs)
+	}
+
+	// cp in keeps the mode; cp out to a directory, a file and stdout.
+	script := filepath.Join(dir, "run.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\necho ran > result.txt\n"), 0o755)
+	if code, _, errs := cli(t, "", nil, "sandbox", "cp", script, id+":bin/"); code != 0 {
+		t.Fatalf("cp in: exit %d: %s", code, errs)
+	}
+	if code, _, errs := cli(t, "", nil, "sandbox", "exec", id, "--", "./bin/run.sh"); code != 0 {
+		t.Fatalf("exec the copied script: exit %d: %s", code, errs)
+	}
+	if code, _, errs := cli(t, "", nil, "sandbox", "cp", id+":result.txt", dir); code != 0 {
+		t.Fatalf("cp out: exit %d: %s", code, errs)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "result.txt")); string(b) != "ran\n" {
+		t.Errorf("cp out wrote %q", b)
+	}
+	if code, out, _ := cli(t, "", nil, "sandbox", "cp", id+":result.txt", "-"); code != 0 || out != "ran\n" {
+		t.Errorf("cp out to -: exit %d, %q", code, out)
+	}
+	if code, _, _ := cli(t, "from stdin", nil, "sandbox", "cp", "-", id+":in.txt"); code != 0 {
+		t.Errorf("cp - in: exit %d", code)
+	}
+
+	code, out, _ = cli(t, "", nil, "sandbox", "files", id)
+	for _, want := range []string{"drwxr-xr-x", " bin/", " result.txt", " in.txt", " sub/"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("files: no %q in:\n%s", want, out)
+		}
+	}
+	if code, out, _ = cli(t, "", nil, "sandbox", "files", id, "bin"); code != 0 || !regexp.MustCompile(`(?m)^ *-rwxr-xr-x +32 .* run\.sh$`).MatchString(out) {
+		t.Errorf("files bin: exit %d:\n%s", code, out)
+	}
+
+	// Errors: the server's message, its exit status.
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"sandbox", "exec", "sb-000000000000", "--", "true"}, ExitInfra, "sb-000000000000"},
+		{[]string{"sandbox", "cp", id + ":missing.txt", dir}, ExitInfra, "missing.txt"},
+		{[]string{"sandbox", "exec", id, "--", "no-such-command-agentsandbox"}, ExitInfra, "no-such-command-agentsandbox"},
+		{[]string{"sandbox", "exec", id, "true"}, ExitInvalid, "put -- between"},
+		{[]string{"sandbox", "exec", "--timeout", "x", id, "--", "true"}, ExitInvalid, "invalid argument"},
+		{[]string{"sandbox", "cp", "a", "b"}, ExitInvalid, "ID:PATH"},
+		{[]string{"sandbox", "cp", dir, id + ":d"}, ExitInvalid, "not a regular file"},
+		{[]string{"sandbox", "create", "--label", "novalue"}, ExitInvalid, "KEY=VALUE"},
+		{[]string{"sandbox", "create", "--isolation", "bogus"}, ExitInvalid, "bogus"},
+		{[]string{"sandbox", "files", id, "../etc"}, ExitInvalid, ".."},
+		{[]string{"sandbox", "ls", "--socket", filepath.Join(dir, "none.sock")}, ExitInfra, "agentsandbox serve"},
+		{[]string{"sandbox", "ls", "--url", "http://127.0.0.1:1"}, ExitInvalid, "AGENTSANDBOX_TOKEN"},
+	} {
+		code, _, errs := cli(t, "", nil, c.args...)
+		if code != c.code || !strings.Contains(errs, c.msg) {
+			t.Errorf("%s: exit %d, stderr %q; want %d and %q", strings.Join(c.args, " "), code, errs, c.code, c.msg)
+		}
+	}
+
+	code, out, errs = cli(t, "", nil, "sandbox", "rm", id, "sb-000000000000")
+	if code != ExitInfra || !regexp.MustCompile(`^[0-9a-z]{32,64}\n$`).MatchString(out) || !strings.Contains(errs, "sb-000000000000") {
+		t.Errorf("rm ID missing: exit %d, stdout %q, stderr %q; want 5, the record id, the missing one named", code, out, errs)
+	}
+	if code, _, errs := cli(t, "", nil, "sandbox", "exec", id, "--", "true"); code != ExitInfra || errs == "" {
+		t.Errorf("exec in a killed sandbox: exit %d, %q", code, errs)
+	}
+	if _, out, _ := cli(t, "", nil, "sandbox", "ls", "--label", "project=demo"); !strings.Contains(out, "stopped (killed)") {
+		t.Errorf("ls after rm:\n%s", out)
+	}
+}
+
+// TestSandboxCLIExecStreams checks that exec writes output as it comes:
+// the command waits for a file that is copied in only once its first
+// line has been written here.
+func TestSandboxCLIExecStreams(t *testing.T) {
+	t.Setenv("AGENTSANDBOX_URL", "")
+	sock, _ := fakeServe(t)
+	t.Setenv("AGENTSANDBOX_SOCKET", sock)
+	_, out, _ := cli(t, "", nil, "sandbox", "create")
+	id := strings.TrimSpace(out)
+	w := &onWrite{f: func(seen string) {
+		if strings.Contains(seen, "ready") {
+			if code, _, errs := cli(t, "", nil, "sandbox", "cp", "-", id+":go"); code != 0 {
+				t.Errorf("cp go: %s", errs)
+			}
+		}
+	}}
+	code, _, errs := cli(t, "", w, "sandbox", "exec", "--timeout", "20s", id, "--", "sh", "-c",
+		"echo ready; while [ ! -e go ]; do sleep 0.05; done; echo done")
+	if code != 0 || w.buf.String() != "ready\ndone\n" {
+		t.Errorf("exec: exit %d, stdout %q, stderr %q: the output was not streamed while the command ran", code, w.buf.String(), errs)
+	}
+}
+
+// onWrite calls f once with what was written so far, on the first write.
+type onWrite struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	f    func(string)
+	done bool
+}
+
+func (w *onWrite) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.buf.Write(p)
+	s, call := w.buf.String(), !w.done
+	w.done = true
+	w.mu.Unlock()
+	if call {
+		w.f(s)
+	}
+	return len(p), nil
+}
+
+func TestSandboxCLITCP(t *testing.T) {
+	t.Setenv("AGENTSANDBOX_SOCKET", "")
+	t.Setenv("AGENTSANDBOX_TOKEN", "")
+	_, url := fakeServe(t)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tokenFile, []byte(sandboxTestToken+"\n"), 0o600)
+	code, out, errs := cli(t, "", nil, "sandbox", "create", "--url", url, "--token-file", tokenFile)
+	if code != 0 {
+		t.Fatalf("create over TCP: exit %d: %s", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	t.Setenv("AGENTSANDBOX_URL", url)
+	t.Setenv("AGENTSANDBOX_TOKEN", sandboxTestToken)
+	if code, out, errs := cli(t, "", nil, "sandbox", "exec", id, "--", "echo", "tcp"); code != 0 || out != "tcp\n" {
+		t.Errorf("exec with $AGENTSANDBOX_URL and $AGENTSANDBOX_TOKEN: exit %d, %q, %q", code, out, errs)
+	}
+	t.Setenv("AGENTSANDBOX_TOKEN", "wrong-token-wrong-token")
+	if code, _, errs := cli(t, "", nil, "sandbox", "ls"); code != ExitInfra || !strings.Contains(errs, "token") {
+		t.Errorf("ls with a wrong token: exit %d, %q", code, errs)
+	}
+}
+
+// TestSandboxCLIServe drives the real `agentsandbox serve` with the
+// sandbox commands of the real binary: create, exec, cp both ways, files,
+// rm; then the record verifies and serve exits 0 on SIGTERM.
+func TestSandboxCLIServe(t *testing.T) {
+	testtier.Root(t)
+	dir := t.TempDir()
+	bin := buildCLI(t, dir)
+	state := filepath.Join(dir, "state")
+	sock := filepath.Join(dir, "serve.sock")
+	serve := exec.Command(bin, "serve", "--state-dir", state, "--socket", sock)
+	var serveLog bytes.Buffer
+	serve.Stdout, serve.Stderr = &serveLog, &serveLog
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- serve.Wait() }()
+	t.Cleanup(func() {
+		serve.Process.Kill()
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not listen on %s within 60s: %v", sock, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	run := func(stdin string, args ...string) (int, string, string) {
+		t.Helper()
+		// The flag goes before the command's own arguments (and any --).
+		args = append([]string{args[0], args[1], "--socket", sock}, args[2:]...)
+		cmd := exec.Command(bin, args...)
+		cmd.Stdin = strings.NewReader(stdin)
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, o.String(), e.String()
+	}
+	code, out, errs := run("", "sandbox", "create", "--label", "test=cli")
+	if code != 0 {
+		t.Fatalf("create: exit %d: %s\n%s", code, errs, serveLog.String())
+	}
+	id := strings.TrimSpace(out)
+	local := filepath.Join(dir, "in.sh")
+	os.WriteFile(local, []byte("#!/bin/sh\necho \"$1\" > out.txt\necho warn >&2\nexit 3\n"), 0o755)
+	if code, _, errs := run("", "sandbox", "cp", local, id+":in.sh"); code != 0 {
+		t.Fatalf("cp in: exit %d: %s", code, errs)
+	}
+	if code, out, errs := run("", "sandbox", "exec", id, "--", "./in.sh", "hello"); code != 3 || out != "" || errs != "warn\n" {
+		t.Errorf("exec: exit %d, %q, %q; want 3, \"\", \"warn\\n\"", code, out, errs)
+	}
+	if code, out, errs := run("x\ny\n", "sandbox", "exec", "-i", id, "--", "wc", "-l"); code != 0 || strings.TrimSpace(out) != "2" {
+		t.Errorf("exec -i: exit %d, %q, %q", code, out, errs)
+	}
+	if code, _, errs := run("", "sandbox", "cp", id+":out.txt", dir); code != 0 {
+		t.Errorf("cp out: exit %d: %s", code, errs)
+	} else if b, _ := os.ReadFile(filepath.Join(dir, "out.txt")); string(b) != "hello\n" {
+		t.Errorf("cp out wrote %q", b)
+	}
+	if code, out, _ := run("", "sandbox", "files", id); code != 0 || !strings.Contains(out, " in.sh") || !strings.Contains(out, " out.txt") {
+		t.Errorf("files: exit %d:\n%s", code, out)
+	}
+	if code, out, _ := run("", "sandbox", "ls", "--label", "test=cli"); code != 0 || !strings.Contains(out, id) {
+		t.Errorf("ls: exit %d:\n%s", code, out)
+	}
+	code, out, errs = run("", "sandbox", "rm", id)
+	rec := strings.TrimSpace(out)
+	if code != 0 || rec == "" {
+		t.Fatalf("rm: exit %d, %q, %s", code, out, errs)
+	}
+	if out, err := exec.Command(bin, "records", "verify", rec, "--state-dir", state).CombinedOutput(); err != nil {
+		t.Errorf("records verify %s: %v\n%s", rec, err, out)
+	}
+	serve.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("serve after SIGTERM: %v, want exit status 0\n%s", err, serveLog.String())
+		}
+	case <-time.After(90 * time.Second):
+		t.Errorf("serve did not exit within 90s of SIGTERM\n%s", serveLog.String())
+	}
+}
