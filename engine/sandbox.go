@@ -176,6 +176,13 @@ func (sb *Sandbox) Env() []string { return jobFor(sb.Step, sb.run.realised[sb.St
 // Gateway is the sandbox's egress, nil without network.allow.
 func (sb *Sandbox) Gateway() *gateway.Gateway { return sb.gw }
 
+// ScratchDir makes a fresh directory of the host's for the sandbox's
+// own use (a snapshot being restored), out of the job's reach, removed
+// with the sandbox at the latest.
+func (sb *Sandbox) ScratchDir() (string, error) {
+	return os.MkdirTemp(sb.run.runDir, "scratch-")
+}
+
 // Store is the blob store the sandbox's record goes to.
 func (sb *Sandbox) Store() *record.Store { return sb.run.o.Store }
 

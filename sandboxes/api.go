@@ -37,6 +37,29 @@ type Spec struct {
 	TTL         Duration          `json:"ttl,omitempty"`
 	IdleTimeout Duration          `json:"idleTimeout,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
+	// FromSnapshot forks the sandbox from a snapshot this server took: its
+	// workspace starts as the snapshot's.
+	FromSnapshot string `json:"fromSnapshot,omitempty"`
+}
+
+// SnapshotInfo is a snapshot of a sandbox's workspace: a content-addressed
+// tree (the NAR of /workspace) in the server's blob store. ID is the NAR
+// hash, "sha256:<hex>"; the same workspace always gives the same ID.
+type SnapshotInfo struct {
+	ID      string    `json:"id"`
+	Sandbox string    `json:"sandbox"`
+	Label   string    `json:"label,omitempty"`
+	Created time.Time `json:"created"`
+	Size    int64     `json:"size"` // bytes of the NAR
+}
+
+// SnapshotRequest takes a snapshot; RestoreRequest rolls a sandbox back to one.
+type SnapshotRequest struct {
+	Label string `json:"label,omitempty"`
+}
+
+type RestoreRequest struct {
+	Snapshot string `json:"snapshot"`
 }
 
 // Network is a step's network: the hosts, *.domains and CIDR:ports it may
@@ -203,6 +226,13 @@ type Manager interface {
 	Stat(ctx context.Context, id, path string) (FileInfo, error)
 	ListFiles(ctx context.Context, id, dir string) ([]FileInfo, error)
 	RemoveFile(ctx context.Context, id, path string, recursive bool) error
+
+	// Snapshot stores the workspace as a content-addressed tree;
+	// Snapshots lists those taken of the sandbox; Restore replaces the
+	// workspace with a snapshot's (no command may be running).
+	Snapshot(ctx context.Context, id, label string) (SnapshotInfo, error)
+	Snapshots(ctx context.Context, id string) ([]SnapshotInfo, error)
+	Restore(ctx context.Context, id, snapshot string) (Info, error)
 
 	// Close stops every sandbox (the server is shutting down).
 	Close(ctx context.Context) error

@@ -20,16 +20,17 @@ type box struct {
 	m  *manager
 	id string
 
-	mu      sync.Mutex
-	sb      *engine.Sandbox // nil while it is being opened
-	info    Info
-	labels  map[string]string
-	execs   map[string]*execState
-	entries []record.Entry
-	seq     int
-	killing bool
-	killed  chan struct{} // closed when kill is done
-	killErr error
+	mu        sync.Mutex
+	sb        *engine.Sandbox // nil while it is being opened
+	info      Info
+	labels    map[string]string
+	execs     map[string]*execState
+	entries   []record.Entry
+	seq       int
+	snapshots []SnapshotInfo
+	killing   bool
+	killed    chan struct{} // closed when kill is done
+	killErr   error
 }
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

@@ -152,6 +152,9 @@ func (m *manager) GetFile(ctx context.Context, id, p string, w io.Writer) (FileI
 		return FileInfo{}, err
 	}
 	defer root.Close()
+	if info, err := root.Lstat(p); err == nil && info.Kind == jobfs.Dir {
+		return FileInfo{}, Errorf(CodeConflict, "%s: is a directory; list it with GET /v1/sandboxes/%s/ls/%s", p, id, p)
+	}
 	f, info, err := root.OpenFile(p)
 	if err != nil {
 		return FileInfo{}, fsError(p, err)

@@ -115,6 +115,11 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 			return Info{}, Errorf(CodeBadRequest, "label key %q: want 1 to 63 characters", k)
 		}
 	}
+	if s.FromSnapshot != "" {
+		if _, err := m.snapshotDigest(m.o.Engine.Store, s.FromSnapshot); err != nil {
+			return Info{}, err
+		}
+	}
 	id, err := newID()
 	if err != nil {
 		return Info{}, err
@@ -176,6 +181,12 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 	}
 	info := b.info
 	b.mu.Unlock()
+	if s.FromSnapshot != "" {
+		if err := b.restore(m, s.FromSnapshot); err != nil {
+			_ = b.kill(context.WithoutCancel(ctx), "its snapshot could not be restored")
+			return Info{}, err
+		}
+	}
 	return info, nil
 }
 

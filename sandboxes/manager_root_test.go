@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -265,4 +266,66 @@ func asError(err error, e **Error) bool {
 	ok := errors.As(err, &x)
 	*e = x
 	return ok
+}
+
+// TestSnapshotRestoreFork: the workspace stored as a NAR (the same tree
+// gives the same id), a bad agent step rolled back, a fork that starts
+// from the snapshot, a symlink and an executable kept as such, and a
+// snapshot id this server never made refused.
+func TestSnapshotRestoreFork(t *testing.T) {
+	m, store := newManager(t, Options{})
+	ctx := context.Background()
+	info, err := m.Create(ctx, Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.ID
+	collect(t, m, id, ExecRequest{Shell: "mkdir -p src && echo good > src/state.txt && printf '#!/bin/sh\\necho ran\\n' > run.sh && chmod +x run.sh && ln -s src/state.txt link"})
+	snap, err := m.Snapshot(ctx, id, "good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := m.Snapshot(ctx, id, "")
+	if again.ID != snap.ID {
+		t.Errorf("the same tree gave two ids: %s %s", snap.ID, again.ID)
+	}
+	collect(t, m, id, ExecRequest{Shell: "echo broken > src/state.txt; rm run.sh; mkdir junk; touch junk/x"})
+	if _, err := m.Restore(ctx, id, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := collect(t, m, id, ExecRequest{Shell: "cat link; ./run.sh; ls; stat -c %U src/state.txt"})
+	if out != "good\nran\nlink\nrun.sh\nsrc\nnobody\n" {
+		t.Errorf("after restore: %q", out)
+	}
+	fork, err := m.Create(ctx, Spec{FromSnapshot: snap.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ = collect(t, m, fork.ID, ExecRequest{Shell: "cat src/state.txt"})
+	if out != "good\n" {
+		t.Errorf("fork: %q", out)
+	}
+	// A NAR in the store that no snapshot made is not a snapshot.
+	h, _, err := store.PutNARFunc(func(w io.Writer) error { return nil })
+	if err == nil {
+		if _, err := m.Restore(ctx, id, h.Blob().String()); CodeOf(err) != CodeNotFound {
+			t.Errorf("restore of a blob no snapshot made: %v", err)
+		}
+	}
+	killed, err := m.Kill(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rid, _ := store.Resolve(killed.Record)
+	if p, err := store.Verify(rid); err != nil || len(p) != 0 {
+		t.Errorf("verify: %v %v", p, err)
+	}
+	rec, _ := store.Get(rid)
+	var kinds []string
+	for _, e := range rec.Sandbox.Entries {
+		kinds = append(kinds, e.Kind)
+	}
+	if strings.Join(kinds, ",") != "exec,snapshot,snapshot,exec,restore,exec" {
+		t.Errorf("entries: %v", kinds)
+	}
 }

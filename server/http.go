@@ -28,6 +28,11 @@ type SandboxList struct {
 	Sandboxes []sandboxes.Info `json:"sandboxes"`
 }
 
+// SnapshotList is the answer of GET /v1/sandboxes/{id}/snapshots.
+type SnapshotList struct {
+	Snapshots []sandboxes.SnapshotInfo `json:"snapshots"`
+}
+
 // FileList is the answer of GET /v1/sandboxes/{id}/ls.
 type FileList struct {
 	Files []sandboxes.FileInfo `json:"files"`

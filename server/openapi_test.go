@@ -92,6 +92,7 @@ func TestSchemasMatchStructs(t *testing.T) {
 		"ExecInfo": sandboxes.ExecInfo{}, "FileInfo": sandboxes.FileInfo{}, "Error": sandboxes.Error{},
 		"ErrorBody": ErrorBody{}, "Health": Health{}, "SandboxList": SandboxList{}, "FileList": FileList{},
 		"ExtendRequest": ExtendRequest{}, "SignalRequest": SignalRequest{},
+		"SnapshotInfo": sandboxes.SnapshotInfo{}, "SnapshotRequest": sandboxes.SnapshotRequest{}, "RestoreRequest": sandboxes.RestoreRequest{}, "SnapshotList": SnapshotList{},
 	}
 	for name, v := range types {
 		schema, ok := doc.Components.Schemas[name]

@@ -62,6 +62,8 @@ type sandbox struct {
 	root  *os.Root
 	execs map[string]*execState
 	seq   int
+
+	snapshots []sandboxes.SnapshotInfo
 }
 
 // New returns a fake whose sandboxes are directories under dir (a test's
@@ -162,6 +164,12 @@ func (m *Manager) Create(_ context.Context, s sandboxes.Spec) (sandboxes.Info, e
 		execs: map[string]*execState{},
 	}
 	m.sandboxes[id] = sb
+	if s.FromSnapshot != "" {
+		if err := m.restoreLocked(sb, s.FromSnapshot); err != nil {
+			delete(m.sandboxes, id)
+			return sandboxes.Info{}, err
+		}
+	}
 	return sb.copyInfo(), nil
 }
 

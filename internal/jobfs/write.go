@@ -164,3 +164,20 @@ func (r *Root) Remove(rel string, all bool) error {
 	}
 	return nil
 }
+
+// Symlink makes rel a symlink to target (stored as written, never
+// resolved by the host), owned by uid:gid; rel must not exist.
+func (r *Root) Symlink(target, rel string, uid, gid int) error {
+	pfd, base, err := r.parent(rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	if err := unix.Symlinkat(target, pfd, base); err != nil {
+		return &fs.PathError{Op: "symlink", Path: rel, Err: err}
+	}
+	if err := unix.Fchownat(pfd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &fs.PathError{Op: "chown", Path: rel, Err: err}
+	}
+	return nil
+}
