@@ -53,7 +53,7 @@ leaves a content-addressed record of what ran.` + exitStatusHelp,
 		newValidateCmd(stdio), newPlanCmd(stdio), newSchemaCmd(stdio),
 		newPolicyCmd(stdio),
 		newApplyCmd(stdio), newRecordsCmd(stdio), newGCCmd(stdio),
-		newServeCmd(stdio), newSandboxCmd(stdio),
+		newServeCmd(stdio), newSandboxCmd(stdio), newMCPCmd(stdio),
 	)
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)

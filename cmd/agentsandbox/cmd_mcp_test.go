@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	mcpserver "github.com/agentsandbox/agentsandbox/server/mcp"
+)
+
+// TestMCPStdio: serveMCP speaks MCP on the command's stdio, and stops the
+// manager's sandboxes when the client hangs up.
+func TestMCPStdio(t *testing.T) {
+	fake := fakesandboxes.New(t.TempDir())
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	var stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- serveMCP(context.Background(), Stdio{In: inR, Out: outW, Err: &stderr}, mcpserver.New(fake, "test", mcpserver.Options{}), fake)
+		outW.Close()
+	}()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "0"}, nil).Connect(context.Background(),
+		&sdk.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "sandbox_create"})
+	if err != nil || res.IsError {
+		t.Fatalf("sandbox_create over stdio: %v %v", res, err)
+	}
+	cs.Close()
+	if err := <-done; err != nil {
+		t.Errorf("serveMCP after the client hung up: %v", err)
+	}
+	if fake.Closed() != 1 {
+		t.Errorf("the manager was closed %d times, want once", fake.Closed())
+	}
+	if !strings.Contains(stderr.String(), "serving MCP on stdio") {
+		t.Errorf("stderr %q", stderr.String())
+	}
+}
+
+func TestMCPHelp(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Execute(context.Background(), Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}, []string{"mcp", "--help"}); code != ExitOK {
+		t.Fatalf("mcp --help: exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"standard input", "root", "--state-dir", "--templates", "--max-sandboxes", "/mcp"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("mcp --help does not mention %s", want)
+		}
+	}
+}
+
+// TestMCPRoot runs `agentsandbox mcp` as an MCP client would (a command
+// on stdio) with the real manager: a namespace sandbox, a file written and
+// read, commands (a failing one is a result), and kill's record id read
+// back as a resource.
+func TestMCPRoot(t *testing.T) {
+	testtier.Root(t)
+	dir := t.TempDir()
+	bin := buildCLI(t, dir)
+	cmd := exec.Command(bin, "mcp", "--state-dir", filepath.Join(dir, "state"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	ctx := context.Background()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "0"}, nil).Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect to agentsandbox mcp: %v\nstderr:\n%s", err, stderr.String())
+	}
+	defer func() {
+		cs.Close()
+		if t.Failed() {
+			t.Logf("agentsandbox mcp's stderr:\n%s", stderr.String())
+		}
+	}()
+	call := func(name string, args map[string]any) map[string]any {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var text string
+		for _, c := range res.Content {
+			if tc, ok := c.(*sdk.TextContent); ok {
+				text += tc.Text
+			}
+		}
+		if res.IsError {
+			t.Fatalf("%s: %s", name, text)
+		}
+		var out map[string]any
+		b, _ := json.Marshal(res.StructuredContent)
+		json.Unmarshal(b, &out)
+		return out
+	}
+	sb := call("sandbox_create", map[string]any{"labels": map[string]string{"test": "mcp"}})
+	id, _ := sb["id"].(string)
+	call("write_file", map[string]any{"sandbox_id": id, "path": "in.txt", "content": "inside\n"})
+	x := call("exec", map[string]any{"sandbox_id": id, "shell": "cat in.txt; id -u; exit 7"})
+	if x["exit_code"] != 7.0 || !strings.HasPrefix(x["stdout"].(string), "inside\n") {
+		t.Errorf("exec: %v", x)
+	}
+	f := call("read_file", map[string]any{"sandbox_id": id, "path": "in.txt"})
+	if f["content"] != "inside\n" {
+		t.Errorf("read_file: %v", f)
+	}
+	k := call("kill", map[string]any{"sandbox_id": id})
+	rec, _ := k["record"].(string)
+	if rec == "" {
+		t.Fatalf("kill: %v, want a record id", k)
+	}
+	res, err := cs.ReadResource(ctx, &sdk.ReadResourceParams{URI: mcpserver.RecordURIPrefix + rec})
+	if err != nil {
+		t.Fatalf("read the record %s: %v", rec, err)
+	}
+	if body := res.Contents[0].Text; !strings.Contains(body, "in.txt") || !strings.Contains(body, `"exec"`) {
+		t.Errorf("the record does not show the file write and the command: %.500s", body)
+	}
+}
