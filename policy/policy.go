@@ -77,6 +77,10 @@ type Engine struct {
 	seccompAllow map[string][]string
 	// egressDeny is data.agentsandbox.egress_deny (see EgressDeny).
 	egressDeny []string
+	// actionQuery judges actions in sandboxes (action.go); nil when the
+	// bundle has no deny_action rules.
+	actionQuery *rego.PreparedEvalQuery
+	actionVars  []string
 }
 
 // BundleDigest is the digest over the policy files and data Load read.
@@ -230,6 +234,9 @@ func compile(ctx context.Context, opts Options, b *bundle) (*Engine, error) {
 		return nil, fmt.Errorf("prepare policy query: %w", sourceError(err))
 	}
 	e.query = pq
+	if e.actionQuery, e.actionVars, err = prepareActions(ctx, compiler, b, modules, caps); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 

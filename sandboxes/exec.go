@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 )
@@ -52,9 +53,10 @@ func (s *stream) from(off int64) ([]byte, int64) {
 
 // execState is one command of a sandbox, running or ended.
 type execState struct {
-	id      string
-	req     ExecRequest
-	argv    []string
+	id       string
+	req      ExecRequest
+	argv     []string
+	decision string // the policy decision that admitted it
 	started time.Time
 	x       vmrunner.SessionExec
 
@@ -205,6 +207,10 @@ func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(
 			return ExecInfo{}, Errorf(CodeBadRequest, "exec: an argument holds a NUL byte")
 		}
 	}
+	decision, err := m.authorize(ctx, b, policy.Action{Action: policy.ActionExec, Command: argv, Cwd: r.Cwd, EnvNames: envNames(r.Env)})
+	if err != nil {
+		return ExecInfo{}, err
+	}
 	b.mu.Lock()
 	sb := b.sb
 	b.mu.Unlock()
@@ -255,7 +261,7 @@ func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(
 	if err != nil {
 		return ExecInfo{}, &Error{Code: CodeInternal, Message: fmt.Sprintf("exec in sandbox %s: %v", id, err), Err: err}
 	}
-	x := &execState{id: execID, req: r, argv: argv, started: time.Now().UTC(), x: sx,
+	x := &execState{id: execID, req: r, argv: argv, started: time.Now().UTC(), x: sx, decision: decision,
 		changed: make(chan struct{}), done: make(chan struct{}), recorded: make(chan struct{})}
 	x.out.limit, x.err.limit = m.o.LogLimit, m.o.LogLimit
 	b.mu.Lock()
@@ -309,7 +315,7 @@ func (b *box) recordExec(x *execState, envNames []string) {
 	defer close(x.recorded)
 	<-x.done
 	x.mu.Lock()
-	a := record.Action{Kind: "exec", Time: x.started, Command: x.argv, Cwd: x.req.Cwd, EnvNames: envNames, Background: x.req.Background}
+	a := record.Action{Kind: "exec", Time: x.started, Command: x.argv, Cwd: x.req.Cwd, EnvNames: envNames, Background: x.req.Background, Decision: x.decision}
 	out, errb := slices.Clone(x.out.head), slices.Clone(x.err.head)
 	summary := summaryCmd(x.argv)
 	if x.exit != nil {

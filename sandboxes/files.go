@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/jobfs"
+	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 )
 
@@ -66,16 +67,22 @@ func fsError(p string, err error) error {
 	return &Error{Code: CodeInternal, Message: fmt.Sprintf("%s: %v", p, err), Err: err}
 }
 
-func (m *manager) root(id string) (*box, *jobfs.Root, error) {
+// root opens the workspace of sandbox id for an action on p, once the
+// policy allows it; the decision's id comes back for the record.
+func (m *manager) root(ctx context.Context, id, action, p string) (*box, *jobfs.Root, string, error) {
 	b, err := m.live(id)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
+	}
+	decision, err := m.authorize(ctx, b, policy.Action{Action: action, Path: p})
+	if err != nil {
+		return nil, nil, "", err
 	}
 	r, err := jobfs.Open(b.workspacePath())
 	if err != nil {
-		return nil, nil, fsError(".", err)
+		return nil, nil, "", fsError(".", err)
 	}
-	return b, r, nil
+	return b, r, decision, nil
 }
 
 func fileInfo(p string, i jobfs.Info) FileInfo {
@@ -102,7 +109,7 @@ func (m *manager) PutFile(ctx context.Context, id, p string, r io.Reader, mode u
 	if mode&^0o777 != 0 {
 		return FileInfo{}, Errorf(CodeBadRequest, "mode %o: give permission bits only, such as 0644 or 0755", mode)
 	}
-	b, root, err := m.root(id)
+	b, root, decision, err := m.root(ctx, id, policy.ActionFileWrite, p)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -138,7 +145,7 @@ func (m *manager) PutFile(ctx context.Context, id, p string, r io.Reader, mode u
 	fi := fileInfo(p, info)
 	fi.SHA256 = hex.EncodeToString(h.Sum(nil))
 	b.touch()
-	b.addEntry(record.Action{Kind: "file_put", Time: time.Now().UTC(), Path: p, File: &d, Size: n}, fmt.Sprintf("put %s (%d bytes)", p, n))
+	b.addEntry(record.Action{Kind: "file_put", Time: time.Now().UTC(), Path: p, File: &d, Size: n, Decision: decision}, fmt.Sprintf("put %s (%d bytes)", p, n))
 	return fi, nil
 }
 
@@ -147,7 +154,7 @@ func (m *manager) GetFile(ctx context.Context, id, p string, w io.Writer) (FileI
 	if err != nil {
 		return FileInfo{}, err
 	}
-	b, root, err := m.root(id)
+	b, root, _, err := m.root(ctx, id, policy.ActionFileRead, p)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -175,7 +182,7 @@ func (m *manager) Stat(ctx context.Context, id, p string) (FileInfo, error) {
 	if err != nil {
 		return FileInfo{}, err
 	}
-	_, root, err := m.root(id)
+	_, root, _, err := m.root(ctx, id, policy.ActionFileList, p)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -195,7 +202,7 @@ func (m *manager) ListFiles(ctx context.Context, id, dir string) ([]FileInfo, er
 	if err != nil {
 		return nil, err
 	}
-	_, root, err := m.root(id)
+	_, root, _, err := m.root(ctx, id, policy.ActionFileList, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +228,7 @@ func (m *manager) RemoveFile(ctx context.Context, id, p string, recursive bool) 
 	if err != nil {
 		return err
 	}
-	b, root, err := m.root(id)
+	b, root, decision, err := m.root(ctx, id, policy.ActionRemove, p)
 	if err != nil {
 		return err
 	}
@@ -230,6 +237,6 @@ func (m *manager) RemoveFile(ctx context.Context, id, p string, recursive bool) 
 		return fsError(p, err)
 	}
 	b.touch()
-	b.addEntry(record.Action{Kind: "file_remove", Time: time.Now().UTC(), Path: p}, "remove "+p)
+	b.addEntry(record.Action{Kind: "file_remove", Time: time.Now().UTC(), Path: p, Decision: decision}, "remove "+p)
 	return nil
 }

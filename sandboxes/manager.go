@@ -2,6 +2,7 @@ package sandboxes
 
 import (
 	"context"
+	"io"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -45,11 +46,15 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// ReapEvery is how often expiry and idleness are checked (1s).
 	ReapEvery time.Duration
+	// DecisionLog receives one JSON line per action decision (policy.go);
+	// nil keeps none.
+	DecisionLog io.Writer
 }
 
 // Manager is the real Manager: sandboxes opened through the engine.
 type manager struct {
-	o Options
+	o   Options
+	pol policyHolder
 
 	mu      sync.Mutex
 	boxes   map[string]*box
@@ -87,6 +92,10 @@ func New(o Options) (Manager, error) {
 		o.Logf = func(string, ...any) {}
 	}
 	m := &manager{o: o, boxes: map[string]*box{}, stop: make(chan struct{}), done: make(chan struct{})}
+	m.pol.log = o.DecisionLog
+	if p, ok := o.Engine.Policy.(*policy.Engine); ok {
+		m.pol.pol = p
+	}
 	go m.reap()
 	return m, nil
 }
@@ -128,6 +137,10 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	if _, err := m.authorize(ctx, nil, policy.Action{Action: policy.ActionCreate,
+		Sandbox: policy.ActionSandbox{Labels: s.Labels, Isolation: string(w.Steps[0].Isolation)}, Step: canonicalStep(w.Steps[0])}); err != nil {
+		return Info{}, err
+	}
 	m.mu.Lock()
 	switch {
 	case m.closing:
@@ -146,6 +159,9 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 
 	eo := m.o.Engine
 	eo.WorkflowPath, eo.WorkflowBytes = filename, raw
+	if p := m.policy(); p != nil {
+		eo.Policy = p // the policy now in force, replaced or not
+	}
 	eo.Events = nil
 	if m.o.Realiser != nil {
 		eo.Realise = m.o.Realiser(w, filename)

@@ -3,6 +3,7 @@ package sandboxes
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -327,5 +328,87 @@ func TestSnapshotRestoreFork(t *testing.T) {
 	}
 	if strings.Join(kinds, ",") != "exec,snapshot,snapshot,exec,restore,exec" {
 		t.Errorf("entries: %v", kinds)
+	}
+}
+
+// TestActionPolicy: the policy's deny_action rules judge every action in a
+// sandbox (reads only under data/, no curl), denials are 403s with their
+// decision id, every decision is a line of the decision log, and a policy
+// replaced on the running server applies to the next action.
+func TestActionPolicy(t *testing.T) {
+	var log bytes.Buffer
+	m, store := newManager(t, Options{DecisionLog: &log})
+	ctx := context.Background()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "actions.rego"), []byte(`package agentsandbox
+
+deny_action contains msg if {
+	input.action == "file_read"
+	not startswith(input.path, "data/")
+	msg := sprintf("%s: agents may read only under data/", [input.path])
+}
+
+deny_action contains msg if {
+	input.action == "exec"
+	input.command[0] == "curl"
+	msg := "no curl here"
+}
+`), 0o644)
+	strict, err := policy.Load(ctx, policy.Options{Dirs: []string{dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := m.Create(ctx, Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.ID
+	collect(t, m, id, ExecRequest{Shell: "mkdir data; echo ok > data/a; echo secret > key"})
+	m.(PolicySetter).SetPolicy(strict)
+
+	var b bytes.Buffer
+	if _, err := m.GetFile(ctx, id, "data/a", &b); err != nil || b.String() != "ok\n" {
+		t.Errorf("allowed read: %q %v", b.String(), err)
+	}
+	_, err = m.GetFile(ctx, id, "key", &b)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeDenied || e.Decision == "" || !strings.Contains(e.Message, "agents may read only under data/") {
+		t.Errorf("denied read: %v", err)
+	}
+	if _, err := m.Exec(ctx, id, ExecRequest{Argv: []string{"curl", "x"}}, nil); CodeOf(err) != CodeDenied {
+		t.Errorf("denied exec: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+	var denied int
+	for _, l := range lines {
+		var d struct {
+			DecisionID  string         `json:"decision_id"`
+			Path        string         `json:"path"`
+			Input       policy.Action  `json:"input"`
+			InputDigest string         `json:"input_digest"`
+			Result      map[string]any `json:"result"`
+			Bundle      string         `json:"bundle"`
+		}
+		if err := json.Unmarshal([]byte(l), &d); err != nil {
+			t.Fatalf("decision log line %q: %v", l, err)
+		}
+		if d.DecisionID == "" || d.Path != "agentsandbox/deny_action" || d.InputDigest == "" || d.Bundle == "" || d.Input.Sandbox.ID == "" && d.Input.Action != "create" {
+			t.Errorf("decision line: %s", l)
+		}
+		if d.Result["allowed"] == false {
+			denied++
+		}
+	}
+	if denied != 2 {
+		t.Errorf("%d denied decisions in the log, want 2:\n%s", denied, log.String())
+	}
+	killed, _ := m.Kill(ctx, id)
+	rid, _ := store.Resolve(killed.Record)
+	rec, _ := store.Get(rid)
+	for _, en := range rec.Sandbox.Entries {
+		a, err := store.Action(en.Digest)
+		if err != nil || a.Decision == "" {
+			t.Errorf("entry %d (%s) names no decision: %+v %v", en.Seq, en.Kind, a, err)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/jobfs"
+	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 )
 
@@ -28,7 +29,7 @@ func (m *manager) Snapshot(ctx context.Context, id, label string) (SnapshotInfo,
 	if len(label) > 200 {
 		return SnapshotInfo{}, Errorf(CodeBadRequest, "snapshot label of %d characters: use at most 200", len(label))
 	}
-	b, root, err := m.root(id)
+	b, root, decision, err := m.root(ctx, id, policy.ActionSnapshot, ".")
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -59,7 +60,7 @@ func (m *manager) Snapshot(ctx context.Context, id, label string) (SnapshotInfo,
 	if label != "" {
 		summary += fmt.Sprintf(" %q", label)
 	}
-	b.addEntry(record.Action{Kind: "snapshot", Time: info.Created, File: &d, Size: n}, summary)
+	b.addEntry(record.Action{Kind: "snapshot", Time: info.Created, File: &d, Size: n, Decision: decision}, summary)
 	return info, nil
 }
 
@@ -92,6 +93,9 @@ func (m *manager) snapshotDigest(store *record.Store, snap string) (record.NarHa
 func (m *manager) Restore(ctx context.Context, id, snap string) (Info, error) {
 	b, err := m.live(id)
 	if err != nil {
+		return Info{}, err
+	}
+	if _, err := m.authorize(ctx, b, policy.Action{Action: policy.ActionRestore, Path: snap}); err != nil {
 		return Info{}, err
 	}
 	if err := b.restore(m, snap); err != nil {

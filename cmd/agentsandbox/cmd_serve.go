@@ -41,8 +41,12 @@ type serveOptions struct {
 	Policy       policyOptions
 }
 
-// socketName is the server's default unix socket in the state directory.
-const socketName = "serve.sock"
+// socketName is the server's default unix socket in the state directory,
+// and decisionLogName its log of action decisions.
+const (
+	socketName      = "serve.sock"
+	decisionLogName = "serve-decisions.log"
+)
 
 func newServeCmd(stdio Stdio) *cobra.Command {
 	var opts serveOptions
@@ -62,7 +66,12 @@ runs it) unless --listen ADDR is given; TCP needs a bearer token, read from
 MCP clients over streamable HTTP at /mcp, behind the same authentication
 (docs/mcp.md; agentsandbox mcp serves them on stdio). SIGINT or SIGTERM drains the
 requests in flight, then stops every sandbox and writes their records. At
-start it removes what a server killed with SIGKILL left behind (as gc does).` + exitStatusHelp,
+start it removes what a server killed with SIGKILL left behind (as gc does).
+
+Every action in a sandbox (create, exec, file read, write, list, remove,
+snapshot, restore) is judged by the policy's deny_action rules (docs/policy.md)
+and logged to STATE-DIR/serve-decisions.log as OPA-style decision lines.
+SIGHUP reloads the policy from the same --policy and --policy-data sources.` + exitStatusHelp,
 		Example: `  agentsandbox serve
   curl --unix-socket ~/.local/state/agentsandbox/serve.sock -X POST http://sandbox/v1/sandboxes -d '{}'
   agentsandbox serve --listen 127.0.0.1:8723 --token-file /etc/agentsandbox/token`,
