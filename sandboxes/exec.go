@@ -57,8 +57,8 @@ type execState struct {
 	req      ExecRequest
 	argv     []string
 	decision string // the policy decision that admitted it
-	started time.Time
-	x       vmrunner.SessionExec
+	started  time.Time
+	x        vmrunner.SessionExec
 
 	mu       sync.Mutex
 	out, err stream

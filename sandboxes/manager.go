@@ -2,12 +2,12 @@ package sandboxes
 
 import (
 	"context"
-	"io"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"sort"
