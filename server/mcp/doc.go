@@ -3,8 +3,8 @@
 // (github.com/modelcontextprotocol/go-sdk).
 //
 // Its tools are the Manager's operations for an agent: sandbox_create,
-// exec and exec_output, read_file, write_file, list_files, kill and
-// list_sandboxes. Their arguments and results are typed Go structs, from
+// exec and exec_output, read_file, write_file, list_files, kill,
+// list_sandboxes, and snapshot, list_snapshots and restore. Their arguments and results are typed Go structs, from
 // which the SDK derives the JSON schemas a client sees. A failure of the
 // Manager is a tool error (isError) whose text starts with the
 // sandboxes.Code ("not_found: ...") and whose _meta carries the code,

@@ -124,9 +124,9 @@ func TestMCPListTools(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"exec", "exec_output", "kill", "list_files", "list_sandboxes", "read_file", "sandbox_create", "write_file"}
+	want := []string{"exec", "exec_output", "kill", "list_files", "list_sandboxes", "list_snapshots", "read_file", "restore", "sandbox_create", "snapshot", "write_file"}
 	if !slices.Equal(names, want) {
-		t.Errorf("tools %v, want %v (snapshot, restore and run_workflow are not offered yet)", names, want)
+		t.Errorf("tools %v, want %v (run_workflow is not offered yet)", names, want)
 	}
 }
 
@@ -344,4 +344,36 @@ func TestMCPRecordResources(t *testing.T) {
 	if len(list.Records) != 1 || list.Records[0].ID != id.String() || list.Records[0].Workflow != "demo" || list.Records[0].DurationMS != 1500 {
 		t.Errorf("records list: %+v", list)
 	}
+}
+
+// TestMCPSnapshots: snapshot, change, restore rolls back; a fork starts
+// from the snapshot; unknown ids are errors with their codes.
+func TestMCPSnapshots(t *testing.T) {
+	cs, _ := connect(t, mcp.Options{})
+	sb, _ := call[mcp.Sandbox](t, cs, "sandbox_create", nil)
+	call[mcp.File](t, cs, "write_file", map[string]any{"sandbox_id": sb.ID, "path": "state.txt", "content": "good\n"})
+	snap, _ := call[mcp.Snapshot](t, cs, "snapshot", map[string]any{"sandbox_id": sb.ID, "label": "good state"})
+	if !strings.HasPrefix(snap.ID, "sha256:") || snap.Sandbox != sb.ID || snap.Label != "good state" {
+		t.Fatalf("snapshot: %+v", snap)
+	}
+	call[mcp.ExecResult](t, cs, "exec", map[string]any{"sandbox_id": sb.ID, "shell": "echo bad > state.txt; touch extra"})
+	call[mcp.Sandbox](t, cs, "restore", map[string]any{"sandbox_id": sb.ID, "snapshot": snap.ID})
+	x, _ := call[mcp.ExecResult](t, cs, "exec", map[string]any{"sandbox_id": sb.ID, "shell": "cat state.txt; ls"})
+	if x.Stdout != "good\nstate.txt\n" {
+		t.Errorf("after restore: %q, want the snapshot's files only", x.Stdout)
+	}
+	list, _ := call[mcp.SnapshotList](t, cs, "list_snapshots", map[string]any{"sandbox_id": sb.ID})
+	if len(list.Snapshots) != 1 || list.Snapshots[0].ID != snap.ID {
+		t.Errorf("list_snapshots: %+v", list)
+	}
+	fork, _ := call[mcp.Sandbox](t, cs, "sandbox_create", map[string]any{"from_snapshot": snap.ID})
+	fc, _ := call[mcp.FileContent](t, cs, "read_file", map[string]any{"sandbox_id": fork.ID, "path": "state.txt"})
+	if fc.Content != "good\n" {
+		t.Errorf("the fork's state.txt: %q", fc.Content)
+	}
+
+	callErr(t, cs, "snapshot", map[string]any{"sandbox_id": "nope"}, sandboxes.CodeNotFound)
+	callErr(t, cs, "list_snapshots", map[string]any{"sandbox_id": "nope"}, sandboxes.CodeNotFound)
+	callErr(t, cs, "restore", map[string]any{"sandbox_id": sb.ID, "snapshot": "latest"}, sandboxes.CodeBadRequest)
+	callErr(t, cs, "restore", map[string]any{"sandbox_id": sb.ID, "snapshot": "sha256:" + strings.Repeat("0", 64)}, sandboxes.CodeNotFound)
 }

@@ -52,6 +52,7 @@ func (t *tools) register(s *sdk.Server) {
 		Description: "List the server's sandboxes (running, and stopped ones it still remembers), optionally only those carrying every given label.",
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)}},
 		t.list)
+	t.registerSnapshots(s)
 }
 
 // CreateArgs are sandbox_create's arguments.
@@ -65,6 +66,7 @@ type CreateArgs struct {
 	TTL          string            `json:"ttl,omitempty" jsonschema:"how long the sandbox lives, a duration such as 30m (default 1h)"`
 	IdleTimeout  string            `json:"idle_timeout,omitempty" jsonschema:"how long the sandbox lives without a command or file action, a duration such as 5m (default 15m)"`
 	Labels       map[string]string `json:"labels,omitempty" jsonschema:"labels to find the sandbox by with list_sandboxes, such as {\"task\": \"build\"}"`
+	FromSnapshot string            `json:"from_snapshot,omitempty" jsonschema:"a snapshot's id: the workspace starts with its files (a fork)"`
 }
 
 // Sandbox is a sandbox as the tools show it.
@@ -105,7 +107,8 @@ func (t *tools) create(ctx context.Context, a CreateArgs) (Sandbox, string, erro
 		return Sandbox{}, "", err
 	}
 	spec := sandboxes.Spec{Template: a.Template, Isolation: a.Isolation, Packages: a.Packages, Resources: a.Resources,
-		Env: a.Env, TTL: sandboxes.Duration(ttl), IdleTimeout: sandboxes.Duration(idle), Labels: a.Labels}
+		Env: a.Env, TTL: sandboxes.Duration(ttl), IdleTimeout: sandboxes.Duration(idle), Labels: a.Labels,
+		FromSnapshot: a.FromSnapshot}
 	if a.NetworkAllow != nil {
 		spec.Network = &sandboxes.Network{Allow: a.NetworkAllow}
 	}
