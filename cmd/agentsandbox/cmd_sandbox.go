@@ -51,6 +51,10 @@ type sandboxCreateOptions struct {
 	IdleTimeout time.Duration
 }
 
+// maxExecStdin bounds the stdin exec -i sends: the request is JSON of at
+// most 1 MiB.
+const maxExecStdin = 1<<20 - 64<<10
+
 type sandboxExecOptions struct {
 	Conn    connOptions
 	Cwd     string
@@ -265,9 +269,13 @@ func runSandboxExec(ctx context.Context, stdio Stdio, opts sandboxExecOptions, i
 		return err
 	}
 	if opts.Stdin {
-		b, err := io.ReadAll(io.LimitReader(stdio.In, 1<<20))
+		// The request, stdin in it, is JSON of at most 1 MiB.
+		b, err := io.ReadAll(io.LimitReader(stdio.In, maxExecStdin+1))
 		if err != nil {
 			return withExit(ExitInfra, fmt.Errorf("read stdin: %w", err))
+		}
+		if len(b) > maxExecStdin {
+			return usageErrorf("-i: stdin is over %d KiB, more than one request carries; copy it in with sandbox cp and redirect from the file", maxExecStdin>>10)
 		}
 		if !utf8.Valid(b) {
 			return usageErrorf("-i: stdin is not UTF-8 text; copy binary input in with sandbox cp and redirect from the file")

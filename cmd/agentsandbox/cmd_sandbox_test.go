@@ -162,12 +162,17 @@ func TestSandboxCLIFake(t *testing.T) {
 		{[]string{"sandbox", "cp", "a", "b"}, ExitInvalid, "ID:PATH"},
 		{[]string{"sandbox", "cp", dir, id + ":d"}, ExitInvalid, "not a regular file"},
 		{[]string{"sandbox", "create", "--label", "novalue"}, ExitInvalid, "KEY=VALUE"},
+		{[]string{"sandbox", "exec", "-i", id, "--", "cat"}, ExitInvalid, "sandbox cp"}, // stdin over the limit
 		{[]string{"sandbox", "create", "--isolation", "bogus"}, ExitInvalid, "bogus"},
 		{[]string{"sandbox", "files", id, "../etc"}, ExitInvalid, ".."},
 		{[]string{"sandbox", "ls", "--socket", filepath.Join(dir, "none.sock")}, ExitInfra, "agentsandbox serve"},
 		{[]string{"sandbox", "ls", "--url", "http://127.0.0.1:1"}, ExitInvalid, "AGENTSANDBOX_TOKEN"},
 	} {
-		code, _, errs := cli(t, "", nil, c.args...)
+		stdin := ""
+		if c.args[1] == "exec" && c.args[2] == "-i" {
+			stdin = strings.Repeat("x", maxExecStdin+1)
+		}
+		code, _, errs := cli(t, stdin, nil, c.args...)
 		if code != c.code || !strings.Contains(errs, c.msg) {
 			t.Errorf("%s: exit %d, stderr %q; want %d and %q", strings.Join(c.args, " "), code, errs, c.code, c.msg)
 		}
