@@ -1,10 +1,11 @@
 """Sandboxes, their commands and their files."""
 
 import base64
+import codecs
 import json
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 from ._errors import AgentSandboxError
 from ._transport import Transport, quote_path
@@ -138,6 +139,8 @@ class _Collector:
 
     def __init__(self, on_stdout=None, on_stderr=None, stdout_from=0, stderr_from=0):
         self.on = {"stdout": on_stdout, "stderr": on_stderr}
+        # A character split between two events reaches a callback whole.
+        self.dec = {k: codecs.getincrementaldecoder("utf-8")(errors="replace") for k in self.on}
         self.buf = {"stdout": bytearray(), "stderr": bytearray()}
         self.next = {"stdout": stdout_from, "stderr": stderr_from}
         self.exit = None
@@ -173,7 +176,9 @@ class _Collector:
             self.next[t] = ev.get("offset", 0) + len(b)
             cb = self.on[t]
             if cb is not None:
-                cb(b.decode("utf-8", "replace"))
+                text = self.dec[t].decode(b)
+                if text:
+                    cb(text)
         elif t == "exit":
             self.exit = ev.get("exit") or {}
         elif t == "error":
@@ -266,7 +271,13 @@ class Commands:
         if timeout is not None:
             req["timeout"] = _duration(timeout, "timeout")
         if stdin is not None:
-            req["stdin"] = stdin.decode("utf-8") if isinstance(stdin, bytes) else stdin
+            if isinstance(stdin, bytes):
+                try:
+                    stdin = stdin.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise ValueError("stdin: the API takes text only; write binary input to a file with "
+                                     "files.write and redirect from it") from None
+            req["stdin"] = stdin
         path = "/v1/sandboxes/%s/exec" % _q(self._sb.id)
         if background:
             req["background"] = True

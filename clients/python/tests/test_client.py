@@ -144,6 +144,17 @@ class CommandsTest(unittest.TestCase):
         r = self.sb.commands.run(r"printf 'a\377b'")
         self.assertEqual(r.stdout_bytes, b"a\xffb")
 
+    def test_split_character_reaches_callback_whole(self):
+        seen = []
+        r = self.sb.commands.run(r"printf '\342'; sleep 0.2; printf '\202\254\n'", on_stdout=seen.append)
+        self.assertEqual(r.stdout, "\u20ac\n")
+        self.assertEqual("".join(seen), "\u20ac\n")
+
+    def test_stdin_bytes(self):
+        self.assertEqual(self.sb.commands.run("cat", stdin="h\u00e9".encode()).stdout, "h\u00e9")
+        with self.assertRaises(ValueError):
+            self.sb.commands.run("cat", stdin=b"\xff")
+
     def test_cannot_start(self):
         with self.assertRaises(AgentSandboxError) as cm:
             self.sb.commands.run(["no-such-command-agentsandbox"])
