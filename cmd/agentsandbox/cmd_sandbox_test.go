@@ -111,6 +111,10 @@ func TestSandboxCLIFake(t *testing.T) {
 	if code != 0 || out != "sub\n1\n" {
 		t.Errorf("exec --cwd sub --env X=1: exit %d, %q", code, out)
 	}
+	code, _, errs = cli(t, "", nil, "sandbox", "exec", id, "--", "sh", "-c", "kill -TERM $$")
+	if code != 128+int(syscall.SIGTERM) || !strings.Contains(errs, "SIGTERM") {
+		t.Errorf("exec of a command that SIGTERM ends: exit %d, %q; want 143 and the signal named", code, errs)
+	}
 	code, _, errs = cli(t, "", nil, "sandbox", "exec", "--timeout", "200ms", id, "--", "sleep", "30")
 	if code != 128+int(syscall.SIGKILL) && code != ExitStepFailed || !strings.Contains(errs, "timed out") {
 		t.Errorf("exec --timeout: exit %d, %q; want 137 or 1 and a message", code, errs)

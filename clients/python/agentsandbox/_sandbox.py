@@ -413,6 +413,11 @@ class Sandbox:
         q = {"label": ["%s=%s" % kv for kv in (labels or {}).items()]} if labels else None
         return [SandboxInfo.from_json(d) for d in (t.json("GET", "/v1/sandboxes", query=q).get("sandboxes") or [])]
 
+    @property
+    def sandbox_id(self):
+        """The same as id."""
+        return self.id
+
     def info(self):
         self._last = SandboxInfo.from_json(self._t.json("GET", "/v1/sandboxes/%s" % _q(self.id)))
         return self._last
