@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -126,5 +128,51 @@ func TestMCPRoot(t *testing.T) {
 	}
 	if body := res.Contents[0].Text; !strings.Contains(body, "in.txt") || !strings.Contains(body, `"exec"`) {
 		t.Errorf("the record does not show the file write and the command: %.500s", body)
+	}
+}
+
+// TestMCPServeRoot: `agentsandbox serve` answers MCP at /mcp on its unix
+// socket (whose permissions are the authentication), with the real
+// manager.
+func TestMCPServeRoot(t *testing.T) {
+	testtier.Root(t)
+	dir := t.TempDir()
+	bin := buildCLI(t, dir)
+	state := filepath.Join(dir, "state")
+	s := startApply(t, bin, "serve", "--state-dir", state)
+	s.waitFor(t, "serving on unix socket", time.Minute)
+	// SIGTERM, not the cleanup's SIGKILL: the server stops its sandboxes
+	// and unmounts their workspaces before the temporary directory goes.
+	defer func() {
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		s.wait()
+	}()
+	ctx := context.Background()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "0"}, nil).Connect(ctx,
+		&sdk.StreamableClientTransport{Endpoint: "http://sandbox/mcp", HTTPClient: unixClient(filepath.Join(state, socketName)), MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatalf("connect to serve's /mcp: %v", err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "sandbox_create"})
+	if err != nil || res.IsError {
+		t.Fatalf("sandbox_create: %v %v", res, err)
+	}
+	id, _ := res.StructuredContent.(map[string]any)["id"].(string)
+	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "exec", Arguments: map[string]any{"sandbox_id": id, "argv": []string{"echo", "via", "serve"}}})
+	if err != nil || res.IsError {
+		t.Fatalf("exec: %v %v", res, err)
+	}
+	if out := res.StructuredContent.(map[string]any)["stdout"]; out != "via serve\n" {
+		t.Errorf("exec's stdout %q", out)
+	}
+	// The REST API sees the sandbox MCP created: one manager.
+	resp, err := unixClient(filepath.Join(state, socketName)).Get("http://sandbox/v1/sandboxes/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("GET /v1/sandboxes/%s: %d", id, resp.StatusCode)
 	}
 }
