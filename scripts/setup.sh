@@ -19,6 +19,9 @@ packages=(
   git               # git inputs
   python3           # the Python client's tests (clients/python); python3-minimal lacks
                     # json, http.client and unittest
+  nodejs            # the JS client's and the MCP server's tests (clients/js, server/mcp)
+  $(command -v npm >/dev/null || echo npm) # npm ci for them; NodeSource's nodejs ships its own npm
+                    # and conflicts with Debian's, so only ask for Debian's when none is on PATH
   ca-certificates
 )
 

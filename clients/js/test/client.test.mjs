@@ -1,0 +1,208 @@
+// Tests of the client against a running server: the unix socket in
+// $AGENTSANDBOX_TEST_SOCKET and/or the TCP URL in $AGENTSANDBOX_TEST_URL
+// with the token in $AGENTSANDBOX_TEST_TOKEN (clients/js/js_test.go starts
+// fakeserve, or the real serve as root, and sets them). Without either,
+// only the pure tests run.
+//
+//   AGENTSANDBOX_TEST_SOCKET=/tmp/as.sock node --test test/
+
+import assert from "node:assert/strict";
+import { describe, it, before, after } from "node:test";
+
+import { AgentSandboxError, Sandbox } from "../src/index.js";
+
+const conns = [];
+if (process.env.AGENTSANDBOX_TEST_SOCKET) conns.push(["unix", { socket: process.env.AGENTSANDBOX_TEST_SOCKET }]);
+if (process.env.AGENTSANDBOX_TEST_URL) {
+  conns.push(["tcp", { url: process.env.AGENTSANDBOX_TEST_URL, token: process.env.AGENTSANDBOX_TEST_TOKEN }]);
+}
+
+/** Rejects with an AgentSandboxError of code (and status, when given). */
+async function rejectsWith(p, code, status) {
+  await assert.rejects(p, (err) => {
+    assert.ok(err instanceof AgentSandboxError, `want an AgentSandboxError, got ${err}`);
+    assert.equal(err.code, code, err.message);
+    if (status !== undefined) assert.equal(err.status, status);
+    assert.ok(err.message.length > 0);
+    return true;
+  });
+}
+
+for (const [name, conn] of conns) {
+  describe(`client over ${name}`, () => {
+    /** @type {Sandbox} */
+    let sb;
+    const label = { test: `js-${name}-${process.pid}` };
+
+    before(async () => {
+      sb = await Sandbox.create({ ...conn, labels: label, ttl: "10m", idleTimeout: 300 });
+    });
+    after(async () => {
+      if (sb?.lastInfo?.state !== "stopped") await sb.kill().catch(() => {});
+    });
+
+    it("says it is healthy", async () => {
+      const h = await Sandbox.health(conn);
+      assert.equal(h.ok, true);
+    });
+
+    it("creates, lists by label, connects and extends", async () => {
+      assert.match(sb.id, /^[A-Za-z0-9._-]+$/);
+      assert.equal(sb.lastInfo.state, "running");
+      assert.deepEqual(sb.lastInfo.labels, label);
+      const listed = await Sandbox.list({ ...conn, labels: label });
+      assert.deepEqual(listed.map((i) => i.id), [sb.id]);
+      assert.deepEqual(await Sandbox.list({ ...conn, labels: { test: "no-such-label" } }), []);
+      const again = await Sandbox.connect(sb.id, conn);
+      assert.equal(again.id, sb.id);
+      const info = await sb.extend({ ttl: "20m", idleTimeout: "10m" });
+      assert.equal(info.idleTimeout, "10m0s");
+    });
+
+    it("runs a shell command and an argv; a non-zero exit is data", async () => {
+      const r = await sb.exec("echo out; echo err >&2; exit 3");
+      assert.equal(r.exitCode, 3);
+      assert.equal(r.stdout, "out\n");
+      assert.equal(r.stderr, "err\n");
+      assert.equal(r.timedOut, false);
+      assert.match(r.execId, /./);
+      const a = await sb.exec(["printf", "%s|", "a b", "$HOME"]);
+      assert.equal(a.exitCode, 0);
+      assert.equal(a.stdout, "a b|$HOME|");
+    });
+
+    it("passes stdin, env and cwd", async () => {
+      await sb.files.write("sub/dir/keep", "");
+      const r = await sb.exec("cat; echo \"$GREETING\"; pwd", { stdin: "from stdin\n", env: { GREETING: "hello" }, cwd: "sub/dir" });
+      assert.equal(r.exitCode, 0, r.stderr);
+      const lines = r.stdout.split("\n");
+      assert.equal(lines[0], "from stdin");
+      assert.equal(lines[1], "hello");
+      assert.match(lines[2], /\/sub\/dir$/);
+    });
+
+    it("streams output as it arrives", async () => {
+      const seen = [];
+      const t0 = Date.now();
+      const r = await sb.exec("echo first; sleep 1.5; echo second", {
+        onStdout: (s) => seen.push([Date.now() - t0, s]),
+      });
+      const done = Date.now() - t0;
+      assert.equal(r.stdout, "first\nsecond\n");
+      assert.equal(seen.map(([, s]) => s).join(""), "first\nsecond\n");
+      assert.ok(done - seen[0][0] >= 1000, `the first line came ${seen[0][0]}ms in, the end ${done}ms: not streamed`);
+    });
+
+    it("keeps bytes that are not UTF-8", async () => {
+      const r = await sb.exec(["sh", "-c", "printf 'a\\377b'"]);
+      assert.equal(r.exitCode, 0);
+      assert.equal(r.stdout, Buffer.from([0x61, 0xff, 0x62]).toString("utf8"));
+    });
+
+    it("says a command timed out", async () => {
+      const r = await sb.exec("sleep 30", { timeout: 1 });
+      assert.equal(r.timedOut, true);
+      assert.notEqual(r.exitCode, 0);
+    });
+
+    it("throws exec_error for a command that cannot start", async () => {
+      await rejectsWith(sb.exec(["no-such-command-agentsandbox-js"]), "exec_error");
+    });
+
+    it("runs in the background: output, wait, signal", async () => {
+      const ex = await sb.exec("echo one; echo two >&2; sleep 0.5; echo three; exit 4", { background: true });
+      assert.match(ex.id, /./);
+      const w = await ex.wait();
+      assert.equal(w.exitCode, 4);
+      const out = await ex.output();
+      assert.equal(out.stdout, "one\nthree\n");
+      assert.equal(out.stderr, "two\n");
+      assert.equal(out.exitCode, 4);
+      const tail = await ex.output({ stdout: 4, stderr: out.stderrOffset });
+      assert.equal(tail.stdout, "three\n");
+      assert.equal(tail.stderr, "");
+      const info = await ex.info();
+      assert.equal(info.running, false);
+      assert.equal(info.stdoutBytes, 10);
+
+      const long = await sb.exec("echo started; exec sleep 60", { background: true });
+      const got = [];
+      const followed = long.output({ follow: true, onStdout: (s) => got.push(s) });
+      for (let i = 0; i < 100 && !(await long.info()).stdoutBytes; i++) await new Promise((r) => setTimeout(r, 50));
+      await long.signal("SIGTERM");
+      const f = await followed;
+      assert.equal(f.signal, "SIGTERM");
+      assert.equal(f.stdout, "started\n");
+      assert.deepEqual(got, ["started\n"]);
+      assert.equal((await long.wait()).signal, "SIGTERM");
+      await rejectsWith(sb.getExec("ex-no-such").info(), "not_found", 404);
+    });
+
+    it("writes, reads, stats, lists and removes files", async () => {
+      const info = await sb.files.write("src/main.sh", "echo hi\n", { mode: 0o755 });
+      assert.equal(info.path, "src/main.sh");
+      assert.equal(info.size, 8);
+      assert.equal(info.mode, "0755");
+      assert.match(info.sha256, /^[0-9a-f]{64}$/);
+      assert.equal(await sb.files.readText("src/main.sh"), "echo hi\n");
+      const bin = Buffer.from([0, 1, 2, 255, 254]);
+      await sb.files.write("src/data.bin", bin);
+      assert.deepEqual(await sb.files.read("src/data.bin"), bin);
+      await sb.files.write("src/with space & ?.txt", new TextEncoder().encode("odd name"));
+      assert.equal(await sb.files.readText("src/with space & ?.txt"), "odd name");
+      await sb.files.write("src/ab", new Uint8Array([7, 8, 9]).buffer);
+      assert.deepEqual(await sb.files.read("src/ab"), Buffer.from([7, 8, 9]));
+      await sb.files.remove("src/ab");
+
+      const st = await sb.files.stat("src");
+      assert.equal(st.type, "dir");
+      const names = (await sb.files.list("src")).map((f) => f.path).sort();
+      assert.deepEqual(names, ["src/data.bin", "src/main.sh", "src/with space & ?.txt"]);
+      assert.ok((await sb.files.list()).some((f) => f.path === "src" && f.type === "dir"));
+      assert.equal((await sb.exec("./src/main.sh")).stdout, "hi\n");
+
+      assert.equal(await sb.files.exists("src/main.sh"), true);
+      await sb.files.remove("src/main.sh");
+      assert.equal(await sb.files.exists("src/main.sh"), false);
+      await assert.rejects(sb.files.remove("src"), AgentSandboxError);
+      await sb.files.remove("src", { recursive: true });
+      assert.equal(await sb.files.exists("src"), false);
+
+      await rejectsWith(sb.files.read("missing.txt"), "not_found", 404);
+      await rejectsWith(sb.files.read("../etc/passwd"), "bad_request", 400);
+    });
+
+    it("kills: the record id, then conflict or not_found", async () => {
+      const other = await Sandbox.create({ ...conn, labels: { test: `js-kill-${process.pid}` } });
+      const record = await other.kill();
+      assert.match(record, /^[0-9a-z]{32,64}$/);
+      assert.equal(other.lastInfo.state, "stopped");
+      await assert.rejects(other.exec("true"), (err) => {
+        assert.ok(err instanceof AgentSandboxError);
+        assert.ok(["conflict", "not_found"].includes(err.code), err.code);
+        return true;
+      });
+    });
+
+    it("answers not_found for an unknown sandbox", async () => {
+      await rejectsWith(Sandbox.connect("sb-000000000000", conn), "not_found", 404);
+    });
+  });
+}
+
+if (process.env.AGENTSANDBOX_TEST_URL) {
+  it("refuses TCP without the token: unauthorized", async () => {
+    await rejectsWith(Sandbox.list({ url: process.env.AGENTSANDBOX_TEST_URL, token: "wrong-token" }), "unauthorized", 401);
+  });
+}
+
+it("says a server it cannot reach is unavailable, and what to do", async () => {
+  await assert.rejects(Sandbox.list({ socket: "/nonexistent/agentsandbox-js-test.sock" }), (err) => {
+    assert.ok(err instanceof AgentSandboxError);
+    assert.equal(err.code, "unavailable");
+    assert.equal(err.status, 0);
+    assert.match(err.message, /agentsandbox serve/);
+    assert.match(err.message, /AGENTSANDBOX_SOCKET/);
+    return true;
+  });
+});

@@ -1,0 +1,62 @@
+// Pure tests: where the client looks for the server, and how the LangChain
+// tools cut long text. No server needed.
+
+import assert from "node:assert/strict";
+import os from "node:os";
+import path from "node:path";
+import { it, beforeEach, afterEach } from "node:test";
+
+import { defaultSocket, resolveConnection } from "../src/index.js";
+import { formatExecResult, truncate } from "../src/langchain.js";
+
+const keys = ["AGENTSANDBOX_SOCKET", "AGENTSANDBOX_URL", "AGENTSANDBOX_TOKEN", "XDG_STATE_HOME"];
+let saved;
+beforeEach(() => {
+  saved = Object.fromEntries(keys.map((k) => [k, process.env[k]]));
+  for (const k of keys) delete process.env[k];
+});
+afterEach(() => {
+  for (const k of keys) {
+    if (saved[k] === undefined) delete process.env[k];
+    else process.env[k] = saved[k];
+  }
+});
+
+it("finds the default socket by the state directory's rule", () => {
+  if (process.geteuid() === 0) {
+    assert.equal(defaultSocket(), "/var/lib/agentsandbox/serve.sock");
+    return;
+  }
+  assert.equal(defaultSocket(), path.join(os.homedir(), ".local/state/agentsandbox/serve.sock"));
+  process.env.XDG_STATE_HOME = "/x/state";
+  assert.equal(defaultSocket(), "/x/state/agentsandbox/serve.sock");
+  process.env.XDG_STATE_HOME = "relative/state";
+  assert.equal(defaultSocket(), path.join(os.homedir(), ".local/state/agentsandbox/serve.sock"));
+});
+
+it("prefers options, then $AGENTSANDBOX_SOCKET, then $AGENTSANDBOX_URL", () => {
+  assert.deepEqual(resolveConnection(), { socket: defaultSocket() });
+  process.env.AGENTSANDBOX_URL = "http://127.0.0.1:7070";
+  process.env.AGENTSANDBOX_TOKEN = "t1";
+  assert.deepEqual(resolveConnection(), { url: "http://127.0.0.1:7070", token: "t1" });
+  process.env.AGENTSANDBOX_SOCKET = "/run/as.sock";
+  assert.deepEqual(resolveConnection(), { socket: "/run/as.sock" });
+  assert.deepEqual(resolveConnection({ socket: "/other.sock" }), { socket: "/other.sock" });
+  assert.deepEqual(resolveConnection({ url: "http://h:1", token: "t2" }), { url: "http://h:1", token: "t2" });
+  assert.deepEqual(resolveConnection({ url: "http://h:1" }), { url: "http://h:1", token: "t1" });
+});
+
+it("cuts long text in the middle and says how much", () => {
+  assert.equal(truncate("short", 10), "short");
+  const s = "a".repeat(50) + "MIDDLE" + "z".repeat(50);
+  const t = truncate(s, 20);
+  assert.ok(t.startsWith("a".repeat(8)));
+  assert.ok(t.endsWith("z".repeat(12)));
+  assert.match(t, /\[\.\.\. 86 characters cut \.\.\.\]/);
+  assert.doesNotMatch(t, /MIDDLE/);
+});
+
+it("formats an exec result for a model", () => {
+  const text = formatExecResult({ exitCode: 137, signal: "SIGKILL", timedOut: true, stdout: "", stderr: "boom\n" }, 100);
+  assert.equal(text, "exit code 137 (killed by SIGKILL) (timed out)\nstdout: (empty)\nstderr:\nboom\n");
+});
