@@ -128,7 +128,8 @@ for (const [name, conn] of conns) {
       const long = await sb.exec("echo started; exec sleep 60", { background: true });
       const got = [];
       const followed = long.output({ follow: true, onStdout: (s) => got.push(s) });
-      for (let i = 0; i < 100 && !(await long.info()).stdoutBytes; i++) await new Promise((r) => setTimeout(r, 50));
+      // Signal it once it has written (a loaded machine may take a while).
+      for (let i = 0; i < 600 && !(await long.info()).stdoutBytes; i++) await new Promise((r) => setTimeout(r, 50));
       await long.signal("SIGTERM");
       const f = await followed;
       assert.equal(f.signal, "SIGTERM");
