@@ -168,6 +168,7 @@ var testSupport = []string{
 	module + "/internal/testtier",
 	module + "/internal/testnet",
 	module + "/internal/fakesandboxes",
+	module + "/internal/serverproc",
 }
 
 // TestTestSupportOnlyInTests: no product package imports test support

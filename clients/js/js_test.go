@@ -1,17 +1,14 @@
 package js_test
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"net"
+	"github.com/agentsandbox/agentsandbox/internal/serverproc"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -52,83 +49,6 @@ func node(t *testing.T) string {
 		t.Fatalf("npm ci in clients/js: %v (is the npm registry or npm's cache reachable?)\n%s", npmErr, npmOut)
 	}
 	return nodeBin
-}
-
-// goBuild builds pkg into dir and returns the binary's path.
-func goBuild(t *testing.T, dir, pkg string) string {
-	t.Helper()
-	bin := filepath.Join(dir, filepath.Base(pkg))
-	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-		t.Fatalf("go build -o %s %s: %v\n%s", bin, pkg, err, out)
-	}
-	return bin
-}
-
-// server is a server process the tests run against.
-type server struct {
-	cmd  *exec.Cmd
-	done chan error
-	logs *strings.Builder
-}
-
-// start runs bin args and waits until ready (given each stdout and stderr
-// line) says it listens; it returns the line that did.
-func start(t *testing.T, ready func(line string) bool, bin string, args ...string) (*server, string) {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	pw.Close()
-	s := &server{cmd: cmd, done: make(chan error, 1), logs: &strings.Builder{}}
-	found := make(chan string, 1)
-	go func() {
-		var logs []string
-		sent := false
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			logs = append(logs, sc.Text())
-			if !sent && ready(sc.Text()) {
-				found <- sc.Text()
-				sent = true
-			}
-		}
-		s.logs.WriteString(strings.Join(logs, "\n"))
-		s.done <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-		}
-	})
-	select {
-	case l := <-found:
-		return s, l
-	case err := <-s.done:
-		t.Fatalf("%s %s exited before it listened: %v\n%s", bin, strings.Join(args, " "), err, s.logs)
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("%s %s did not say it listens within 60s", bin, strings.Join(args, " "))
-	}
-	return nil, ""
-}
-
-// stop sends SIGTERM and returns how the server exited, with its output.
-func (s *server) stop() (error, string) {
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-s.done:
-		return err, s.logs.String()
-	case <-time.After(90 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.done
-		return fmt.Errorf("did not exit within 90s of SIGTERM"), s.logs.String()
-	}
 }
 
 // runNode runs node args in clients/js with env added and fails the test
@@ -172,10 +92,10 @@ func checkSuite(t *testing.T, out string) {
 func TestJSClientFake(t *testing.T) {
 	nodeBin := node(t)
 	dir := t.TempDir()
-	fake := goBuild(t, dir, "github.com/agentsandbox/agentsandbox/internal/fakesandboxes/fakeserve")
+	fake := serverproc.GoBuild(t, dir, "github.com/agentsandbox/agentsandbox/internal/fakesandboxes/fakeserve")
 	sock := filepath.Join(dir, "as.sock")
-	unix, _ := start(t, func(l string) bool { return strings.HasPrefix(l, "listening on unix") }, fake, "-socket", sock)
-	tcp, line := start(t, func(l string) bool { return strings.HasPrefix(l, "listening on tcp") }, fake,
+	unix, _ := serverproc.Start(t, func(l string) bool { return strings.HasPrefix(l, "listening on unix") }, fake, "-socket", sock)
+	tcp, line := serverproc.Start(t, func(l string) bool { return strings.HasPrefix(l, "listening on tcp") }, fake,
 		"-tcp", "127.0.0.1:0", "-token", testToken)
 	addr := strings.TrimPrefix(line, "listening on tcp ")
 
@@ -189,38 +109,10 @@ func TestJSClientFake(t *testing.T) {
 			t.Errorf("the agent loop (%s) printed no record id:\n%s", env, out)
 		}
 	}
-	for _, s := range []*server{unix, tcp} {
-		if err, logs := s.stop(); err != nil {
+	for _, s := range []*serverproc.Proc{unix, tcp} {
+		if logs, err := s.Stop(); err != nil {
 			t.Errorf("fakeserve after SIGTERM: %v\n%s", err, logs)
 		}
-	}
-}
-
-// freePort is a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// waitForSocket waits until the server's socket accepts connections.
-func waitForSocket(t *testing.T, path string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.Dial("unix", path)
-		if err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve's socket %s: %v", path, err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -232,17 +124,17 @@ func TestJSClientServe(t *testing.T) {
 	testtier.Root(t)
 	nodeBin := node(t)
 	dir := t.TempDir()
-	bin := goBuild(t, dir, "github.com/agentsandbox/agentsandbox/cmd/agentsandbox")
+	bin := serverproc.GoBuild(t, dir, "github.com/agentsandbox/agentsandbox/cmd/agentsandbox")
 	state := filepath.Join(dir, "state")
 	sock := filepath.Join(dir, "serve.sock")
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freePort(t)
-	srv, _ := start(t, func(l string) bool { return strings.HasPrefix(l, "serving on tcp") }, bin,
+	addr := serverproc.FreePort(t)
+	srv, _ := serverproc.Start(t, func(l string) bool { return strings.HasPrefix(l, "serving on tcp") }, bin,
 		"serve", "--state-dir", state, "--socket", sock, "--listen", addr, "--token-file", tokenFile)
-	waitForSocket(t, sock)
+	serverproc.WaitForSocket(t, sock)
 
 	checkSuite(t, runNode(t, nodeBin, testEnv(sock, addr), "--test", "--test-reporter=tap", "test/"))
 	out := runNode(t, nodeBin, []string{"AGENTSANDBOX_SOCKET=" + sock}, "examples/agent-loop.mjs")
@@ -253,7 +145,7 @@ func TestJSClientServe(t *testing.T) {
 	if out, err := exec.Command(bin, "records", "verify", m[1], "--state-dir", state).CombinedOutput(); err != nil {
 		t.Errorf("records verify %s: %v\n%s", m[1], err, out)
 	}
-	if err, logs := srv.stop(); err != nil {
+	if logs, err := srv.Stop(); err != nil {
 		t.Errorf("serve after SIGTERM: %v (want exit status 0)\n%s", err, logs)
 	}
 }

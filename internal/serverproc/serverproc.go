@@ -1,0 +1,124 @@
+// Package serverproc is test support for tests that run a server as a
+// process (fakeserve, `agentsandbox serve`) and talk to it from another
+// language's client: build it, start it, wait until it says it listens,
+// stop it with SIGTERM and see how it exited.
+package serverproc
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// GoBuild builds pkg into dir and returns the binary's path.
+func GoBuild(t testing.TB, dir, pkg string) string {
+	t.Helper()
+	bin := filepath.Join(dir, filepath.Base(pkg))
+	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		t.Fatalf("go build -o %s %s: %v\n%s", bin, pkg, err, out)
+	}
+	return bin
+}
+
+// Proc is a server process.
+type Proc struct {
+	cmd  *exec.Cmd
+	done chan error
+	logs strings.Builder
+}
+
+// Start runs bin args and waits until ready (given each line of its
+// stdout and stderr) says it listens; it returns the line that did. The
+// process is killed when the test ends, if it still runs.
+func Start(t testing.TB, ready func(line string) bool, bin string, args ...string) (*Proc, string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	pw.Close()
+	p := &Proc{cmd: cmd, done: make(chan error, 1)}
+	found := make(chan string, 1)
+	go func() {
+		var logs []string
+		sent := false
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			logs = append(logs, sc.Text())
+			if !sent && ready(sc.Text()) {
+				found <- sc.Text()
+				sent = true
+			}
+		}
+		p.logs.WriteString(strings.Join(logs, "\n"))
+		p.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+		}
+	})
+	select {
+	case l := <-found:
+		return p, l
+	case err := <-p.done:
+		t.Fatalf("%s %s exited before it listened: %v\n%s", bin, strings.Join(args, " "), err, p.logs.String())
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("%s %s did not say it listens within 60s", bin, strings.Join(args, " "))
+	}
+	return nil, ""
+}
+
+// Stop sends SIGTERM and returns how the process exited, with its output.
+func (p *Proc) Stop() (string, error) {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		return p.logs.String(), err
+	case <-time.After(90 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+		return p.logs.String(), fmt.Errorf("did not exit within 90s of SIGTERM")
+	}
+}
+
+// FreePort is a TCP address on 127.0.0.1 whose port was free a moment ago.
+func FreePort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// WaitForSocket waits until a unix socket accepts connections.
+func WaitForSocket(t testing.TB, path string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.Dial("unix", path)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing answers on %s after 30s: %v", path, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
