@@ -126,21 +126,11 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 		emit = func(Event) {}
 	}
 	started := time.Now().UTC()
-	plan, err := Resolve(w, o.Isolation, o.Host.Policy())
+	plan, decision, err := admitted(ctx, w, o, emit)
 	if err != nil {
-		return nil, err
-	}
-	decision, err := admit(ctx, o, plan, emit)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkSeccompAllow(decision); err != nil {
 		return nil, err
 	}
 	steps := plan.Steps
-	if err := refuse(steps, o); err != nil {
-		return nil, err
-	}
 	runID, err := newRunID()
 	if err != nil {
 		return nil, err
@@ -194,6 +184,27 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 		return nil, errors.Join(runErr, fmt.Errorf("write record: %w", err))
 	}
 	return &Result{ID: id, Record: rec, Outcomes: outcomes}, runErr
+}
+
+// admitted is what every run and sandbox starts with: w with each step's
+// isolation resolved, admitted by the policy, and refused here when this
+// host cannot run it.
+func admitted(ctx context.Context, w *workflow.Workflow, o Options, emit func(Event)) (*workflow.Workflow, *policy.Decision, error) {
+	plan, err := Resolve(w, o.Isolation, o.Host.Policy())
+	if err != nil {
+		return nil, nil, err
+	}
+	decision, err := admit(ctx, o, plan, emit)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkSeccompAllow(decision); err != nil {
+		return nil, nil, err
+	}
+	if err := refuse(plan.Steps, o); err != nil {
+		return nil, nil, err
+	}
+	return plan, decision, nil
 }
 
 func newRunID() (string, error) {

@@ -56,18 +56,8 @@ func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options
 		emit = func(Event) {}
 	}
 	started := time.Now().UTC()
-	plan, err := Resolve(w, o.Isolation, o.Host.Policy())
+	plan, decision, err := admitted(ctx, w, o, emit)
 	if err != nil {
-		return nil, err
-	}
-	decision, err := admit(ctx, o, plan, emit)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkSeccompAllow(decision); err != nil {
-		return nil, err
-	}
-	if err := refuse(plan.Steps, o); err != nil {
 		return nil, err
 	}
 	step := plan.Steps[0]
