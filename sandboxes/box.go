@@ -3,7 +3,6 @@ package sandboxes
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -134,14 +133,12 @@ func (b *box) kill(ctx context.Context, why string) error {
 	return err
 }
 
-// workspace opens the sandbox's workspace for the files API.
+// workspacePath is the host directory of the sandbox's workspace.
 func (b *box) workspacePath() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.sb.Workspace
 }
-
-var errStopped = errors.New("the sandbox stopped")
 
 func summaryCmd(argv []string) string {
 	s := fmt.Sprintf("%q", argv)
