@@ -5,7 +5,6 @@ import (
 	"github.com/agentsandbox/agentsandbox/internal/serverproc"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -91,13 +90,8 @@ func checkSuite(t *testing.T, out string) {
 // against fakeserve on a unix socket and on TCP with a token.
 func TestJSClientFake(t *testing.T) {
 	nodeBin := node(t)
-	dir := t.TempDir()
-	fake := serverproc.GoBuild(t, dir, "github.com/agentsandbox/agentsandbox/internal/fakesandboxes/fakeserve")
-	sock := filepath.Join(dir, "as.sock")
-	unix, _ := serverproc.Start(t, func(l string) bool { return strings.HasPrefix(l, "listening on unix") }, fake, "-socket", sock)
-	tcp, line := serverproc.Start(t, func(l string) bool { return strings.HasPrefix(l, "listening on tcp") }, fake,
-		"-tcp", "127.0.0.1:0", "-token", testToken)
-	addr := strings.TrimPrefix(line, "listening on tcp ")
+	fake := serverproc.Fake(t, testToken)
+	sock, addr := fake.Socket, fake.Addr
 
 	checkSuite(t, runNode(t, nodeBin, testEnv(sock, addr), "--test", "--test-reporter=tap", "test/"))
 	for _, env := range [][]string{
@@ -109,11 +103,7 @@ func TestJSClientFake(t *testing.T) {
 			t.Errorf("the agent loop (%s) printed no record id:\n%s", env, out)
 		}
 	}
-	for _, s := range []*serverproc.Proc{unix, tcp} {
-		if logs, err := s.Stop(); err != nil {
-			t.Errorf("fakeserve after SIGTERM: %v\n%s", err, logs)
-		}
-	}
+	fake.Stop(t)
 }
 
 // TestJSClientServe runs the same tests and the agent loop against the
@@ -123,18 +113,8 @@ func TestJSClientFake(t *testing.T) {
 func TestJSClientServe(t *testing.T) {
 	testtier.Root(t)
 	nodeBin := node(t)
-	dir := t.TempDir()
-	bin := serverproc.GoBuild(t, dir, "github.com/agentsandbox/agentsandbox/cmd/agentsandbox")
-	state := filepath.Join(dir, "state")
-	sock := filepath.Join(dir, "serve.sock")
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr := serverproc.FreePort(t)
-	srv, _ := serverproc.Start(t, func(l string) bool { return strings.HasPrefix(l, "serving on tcp") }, bin,
-		"serve", "--state-dir", state, "--socket", sock, "--listen", addr, "--token-file", tokenFile)
-	serverproc.WaitForSocket(t, sock)
+	srv := serverproc.Serve(t, testToken)
+	bin, state, sock, addr := srv.Bin, srv.State, srv.Socket, srv.Addr
 
 	checkSuite(t, runNode(t, nodeBin, testEnv(sock, addr), "--test", "--test-reporter=tap", "test/"))
 	out := runNode(t, nodeBin, []string{"AGENTSANDBOX_SOCKET=" + sock}, "examples/agent-loop.mjs")
@@ -145,7 +125,5 @@ func TestJSClientServe(t *testing.T) {
 	if out, err := exec.Command(bin, "records", "verify", m[1], "--state-dir", state).CombinedOutput(); err != nil {
 		t.Errorf("records verify %s: %v\n%s", m[1], err, out)
 	}
-	if logs, err := srv.Stop(); err != nil {
-		t.Errorf("serve after SIGTERM: %v (want exit status 0)\n%s", err, logs)
-	}
+	srv.Stop(t)
 }

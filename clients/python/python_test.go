@@ -5,7 +5,6 @@ import (
 	"github.com/agentsandbox/agentsandbox/internal/serverproc"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -50,13 +49,8 @@ var recordLine = regexp.MustCompile(`(?m)^record ([0-9a-z]{32,64})$`)
 // against fakeserve on a unix socket and on TCP with a token.
 func TestPythonClientFake(t *testing.T) {
 	py := python3(t)
-	dir := t.TempDir()
-	fake := serverproc.GoBuild(t, dir, "github.com/agentsandbox/agentsandbox/internal/fakesandboxes/fakeserve")
-	sock := filepath.Join(dir, "as.sock")
-	unix, _ := serverproc.Start(t, func(l string) bool { return strings.HasPrefix(l, "listening on unix") }, fake, "-socket", sock)
-	tcp, line := serverproc.Start(t, func(l string) bool { return strings.HasPrefix(l, "listening on tcp") }, fake,
-		"-tcp", "127.0.0.1:0", "-token", testToken)
-	addr := strings.TrimPrefix(line, "listening on tcp ")
+	fake := serverproc.Fake(t, testToken)
+	sock, addr := fake.Socket, fake.Addr
 
 	runPython(t, py, []string{"AGENTSANDBOX_TEST_SOCKET=" + sock, "AGENTSANDBOX_TEST_URL=http://" + addr,
 		"AGENTSANDBOX_TEST_TOKEN=" + testToken}, "-m", "unittest", "discover", "-v")
@@ -64,11 +58,7 @@ func TestPythonClientFake(t *testing.T) {
 	if !recordLine.MatchString(out) {
 		t.Errorf("the agent loop printed no record id:\n%s", out)
 	}
-	for _, s := range []*serverproc.Proc{unix, tcp} {
-		if logs, err := s.Stop(); err != nil {
-			t.Errorf("fakeserve after SIGTERM: %v\n%s", err, logs)
-		}
-	}
+	fake.Stop(t)
 }
 
 // TestPythonClientServe runs the same tests and the agent loop against
@@ -78,18 +68,8 @@ func TestPythonClientFake(t *testing.T) {
 func TestPythonClientServe(t *testing.T) {
 	testtier.Root(t)
 	py := python3(t)
-	dir := t.TempDir()
-	bin := serverproc.GoBuild(t, dir, "github.com/agentsandbox/agentsandbox/cmd/agentsandbox")
-	state := filepath.Join(dir, "state")
-	sock := filepath.Join(dir, "serve.sock")
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr := serverproc.FreePort(t)
-	srv, _ := serverproc.Start(t, func(l string) bool { return strings.HasPrefix(l, "serving on tcp") }, bin,
-		"serve", "--state-dir", state, "--socket", sock, "--listen", addr, "--token-file", tokenFile)
-	serverproc.WaitForSocket(t, sock)
+	srv := serverproc.Serve(t, testToken)
+	bin, state, sock, addr := srv.Bin, srv.State, srv.Socket, srv.Addr
 
 	runPython(t, py, []string{"AGENTSANDBOX_TEST_SOCKET=" + sock, "AGENTSANDBOX_TEST_URL=http://" + addr,
 		"AGENTSANDBOX_TEST_TOKEN=" + testToken}, "-m", "unittest", "discover", "-v")
@@ -101,7 +81,5 @@ func TestPythonClientServe(t *testing.T) {
 	if out, err := exec.Command(bin, "records", "verify", m[1], "--state-dir", state).CombinedOutput(); err != nil {
 		t.Errorf("records verify %s: %v\n%s", m[1], err, out)
 	}
-	if logs, err := srv.Stop(); err != nil {
-		t.Errorf("serve after SIGTERM: %v (want exit status 0)\n%s", err, logs)
-	}
+	srv.Stop(t)
 }

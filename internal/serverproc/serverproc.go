@@ -122,3 +122,60 @@ func WaitForSocket(t testing.TB, path string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// Servers are a server on a unix socket and on TCP with a bearer token,
+// for clients to be tested both ways.
+type Servers struct {
+	Socket string // the unix socket
+	Addr   string // host:port of the TCP listener
+	Token  string
+	// Bin is the binary that serves (the CLI, for Serve), and State its
+	// state directory ("" for Fake).
+	Bin, State string
+	procs      []*Proc
+}
+
+// Fake starts fakeserve (internal/fakesandboxes: it isolates nothing) on a
+// unix socket and, as a second process, on TCP with token.
+func Fake(t testing.TB, token string) *Servers {
+	t.Helper()
+	dir := t.TempDir()
+	bin := GoBuild(t, dir, "github.com/agentsandbox/agentsandbox/internal/fakesandboxes/fakeserve")
+	s := &Servers{Socket: filepath.Join(dir, "as.sock"), Token: token, Bin: bin}
+	unix, _ := Start(t, func(l string) bool { return strings.HasPrefix(l, "listening on unix") }, bin, "-socket", s.Socket)
+	tcp, line := Start(t, func(l string) bool { return strings.HasPrefix(l, "listening on tcp") }, bin,
+		"-tcp", "127.0.0.1:0", "-token", token)
+	s.Addr = strings.TrimPrefix(line, "listening on tcp ")
+	s.procs = []*Proc{unix, tcp}
+	return s
+}
+
+// Serve builds the CLI and starts the real `agentsandbox serve` (root:
+// its sandboxes are namespace jails) on a unix socket and on TCP with
+// token, in a state directory of its own.
+func Serve(t testing.TB, token string) *Servers {
+	t.Helper()
+	dir := t.TempDir()
+	bin := GoBuild(t, dir, "github.com/agentsandbox/agentsandbox/cmd/agentsandbox")
+	s := &Servers{Socket: filepath.Join(dir, "serve.sock"), Token: token, Bin: bin, State: filepath.Join(dir, "state"), Addr: FreePort(t)}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := Start(t, func(l string) bool { return strings.HasPrefix(l, "serving on tcp") }, bin,
+		"serve", "--state-dir", s.State, "--socket", s.Socket, "--listen", s.Addr, "--token-file", tokenFile)
+	WaitForSocket(t, s.Socket)
+	s.procs = []*Proc{p}
+	return s
+}
+
+// Stop sends every process SIGTERM and fails the test unless each exits
+// with status 0.
+func (s *Servers) Stop(t testing.TB) {
+	t.Helper()
+	for _, p := range s.procs {
+		if logs, err := p.Stop(); err != nil {
+			t.Errorf("%s after SIGTERM: %v (want exit status 0)\n%s", filepath.Base(s.Bin), err, logs)
+		}
+	}
+}
