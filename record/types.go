@@ -129,6 +129,10 @@ type Policy struct {
 	Deny         []string `json:"deny"`
 	Warn         []string `json:"warn"`
 	EvalTimeNs   int64    `json:"evalTimeNs"`
+	// DecisionLog is the blob of the run's decisions as OPA decision log
+	// lines (policy.DecisionEvent), the admission first; nil in records
+	// written before it existed.
+	DecisionLog *Digest `json:"decisionLog,omitempty"`
 }
 
 // Host is what the run learned about the machine. The hostname is left out

@@ -22,9 +22,10 @@ func (p Problem) String() string {
 }
 
 // Verify re-hashes record id and every blob it references: the workflow
-// file, each input, each step's job spec, logs and outputs. It returns one
-// Problem per mismatch or missing blob, naming it; none means the record
-// and its blobs are exactly as written. Zero digests mean "not present"
+// file, each input, each step's job spec, logs and outputs, and the policy
+// decision log (which must hold the record's admission decision). It
+// returns one Problem per mismatch or missing blob, naming it; none means
+// the record and its blobs are exactly as written. Zero digests mean "not present"
 // (a step that never ran has no logs) and are not checked. Closures live in
 // the Nix store and are not checked here.
 //
@@ -69,6 +70,14 @@ func (s *Store) Verify(id ID) ([]Problem, error) {
 		}
 		if st.Network != nil {
 			check(pre+"network log", st.Network.Log, st.Network.Log.String())
+		}
+	}
+	if r.Policy != nil && r.Policy.DecisionLog != nil {
+		check("policy decision log", *r.Policy.DecisionLog, r.Policy.DecisionLog.String())
+		if checked[*r.Policy.DecisionLog] == nil {
+			if err := s.checkDecisionLog(r.Policy); err != nil {
+				problems = append(problems, Problem{What: "policy decision log", Digest: r.Policy.DecisionLog.String(), Path: s.BlobPath(*r.Policy.DecisionLog), Err: err})
+			}
 		}
 	}
 	if r.Sandbox != nil {
