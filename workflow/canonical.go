@@ -23,6 +23,7 @@ func (w *Workflow) Canonical() ([]byte, error) {
 		s.Inputs = sortedUnique(s.Inputs)
 		s.Outputs = sortedUnique(s.Outputs)
 		s.Network.Allow = sortedUnique(s.Network.Allow)
+		s.DeterministicOutputs = sortedUnique(s.DeterministicOutputs)
 		if s.Env == nil {
 			s.Env = map[string]string{}
 		}

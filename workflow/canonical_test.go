@@ -291,3 +291,40 @@ func TestCanonicalDiskInodes(t *testing.T) {
 		t.Error("diskInodes does not change the hash")
 	}
 }
+
+// TestCanonicalDeterministic: deterministic appears in the canonical form
+// only when set, so workflows without it keep their hashes; the list form
+// is sorted and unique, and each form changes the hash.
+func TestCanonicalDeterministic(t *testing.T) {
+	const src = "apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: b\nsteps: [{name: s, run: x, outputs: [b, a]%s}]\n"
+	plain := mustParse(t, fmt.Sprintf(src, ""))
+	c, _ := plain.Canonical()
+	if strings.Contains(string(c), "deterministic") {
+		t.Errorf("canonical form without deterministic names it: %s", c)
+	}
+	if h := mustParse(t, fmt.Sprintf(src, ", deterministic: false")).Hash(); h != plain.Hash() {
+		t.Error("deterministic: false changes the hash")
+	}
+	all := mustParse(t, fmt.Sprintf(src, ", deterministic: true"))
+	c, _ = all.Canonical()
+	if !strings.HasSuffix(string(c), `"isolation":"auto","hypervisor":"qemu","deterministic":true}]}`) {
+		t.Errorf("canonical form with deterministic: true: %s", c)
+	}
+	some := mustParse(t, fmt.Sprintf(src, ", deterministic: [./b, b]"))
+	c, _ = some.Canonical()
+	if !strings.HasSuffix(string(c), `"deterministic":true,"deterministicOutputs":["b"]}]}`) {
+		t.Errorf("canonical form with deterministic: [b]: %s", c)
+	}
+	if all.Hash() == plain.Hash() || some.Hash() == all.Hash() {
+		t.Error("deterministic does not change the hash")
+	}
+	for _, c := range []struct {
+		w        *Workflow
+		out      string
+		expected bool
+	}{{plain, "a", false}, {all, "a", true}, {all, "b", true}, {some, "a", false}, {some, "b", true}} {
+		if got := c.w.Steps[0].OutputDeterministic(c.out); got != c.expected {
+			t.Errorf("OutputDeterministic(%q) of %v/%v = %v", c.out, c.w.Steps[0].Deterministic, c.w.Steps[0].DeterministicOutputs, got)
+		}
+	}
+}

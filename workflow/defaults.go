@@ -27,6 +27,9 @@ func build(s *stepSpec, d *settings) Step {
 		},
 		Isolation:  firstNonEmpty(s.isolation, d.isolation, DefaultIsolation),
 		Hypervisor: firstNonEmpty(s.hypervisor, d.hypervisor, DefaultHypervisor),
+
+		Deterministic:        s.deterministic,
+		DeterministicOutputs: sortedUnique(s.detOutputs),
 	}
 	switch {
 	case s.netSet:

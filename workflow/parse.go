@@ -50,7 +50,7 @@ var (
 	nixpkgsKeys   = []string{"ref", "narHash"}
 	defaultsKeys  = []string{"resources", "network", "isolation", "hypervisor", "env"}
 	inputKeys     = []string{"source", "sha256", "commit", "dest"}
-	stepKeys      = []string{"name", "run", "packages", "env", "needs", "inputs", "outputs", "resources", "network", "isolation", "hypervisor"}
+	stepKeys      = []string{"name", "run", "packages", "env", "needs", "inputs", "outputs", "resources", "network", "isolation", "hypervisor", "deterministic"}
 	resourcesKeys = []string{"vcpu", "memory", "pids", "disk", "diskInodes", "timeout", "bandwidth", "ioRead", "ioWrite"}
 	networkKeys   = []string{"allow"}
 	isolations    = []string{string(IsolationAuto), string(IsolationVM), string(IsolationNamespace)}
@@ -197,6 +197,10 @@ type stepSpec struct {
 	needs        []ref
 	inputs       []ref
 	outputs      []string
+	// deterministic and detOutputs are the step's deterministic key: true,
+	// or the outputs it lists.
+	deterministic bool
+	detOutputs    []string
 	settings
 }
 
@@ -791,8 +795,47 @@ func (p *parser) step(n *yaml.Node, index int) *stepSpec {
 			s.outputs = append(s.outputs, r.name)
 		}
 	}
+	if e, ok := f["deterministic"]; ok {
+		p.deterministic(e.v, what, s)
+	}
 	p.settings(f, what, &s.settings)
 	return s
+}
+
+// deterministic reads a step's deterministic key: true or false, or a
+// list of the step's outputs (only those must be reproduced).
+func (p *parser) deterministic(n *yaml.Node, what string, s *stepSpec) {
+	n = resolve(n)
+	switch {
+	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool":
+		s.deterministic = n.Value == "true" || n.Value == "True" || n.Value == "TRUE"
+		return
+	case n.Kind != yaml.SequenceNode:
+		p.errorf(n, "%s deterministic must be true, false or a list of the step's outputs such as [report.txt], not %s", what, describe(n))
+		return
+	case len(n.Content) == 0:
+		p.errorf(n, "%s deterministic lists no outputs; write deterministic: true for all of them", what)
+		return
+	}
+	s.deterministic = true
+	for _, r := range p.strList(n, what+" deterministic", "[report.txt]", func(v string, node *yaml.Node) (string, bool) {
+		c, err := cleanRelPath(v)
+		if err != nil {
+			p.errorf(node, "%s deterministic output %q %v", what, v, err)
+			return "", false
+		}
+		if !contains(s.outputs, c) {
+			if len(s.outputs) == 0 {
+				p.errorf(node, "%s deterministic names %q, but the step declares no outputs; add it to outputs", what, v)
+			} else {
+				p.errorf(node, "%s deterministic names %q, which is not one of its outputs %s", what, v, quoteList(s.outputs))
+			}
+			return "", false
+		}
+		return c, true
+	}) {
+		s.detOutputs = append(s.detOutputs, r.name)
+	}
 }
 
 // isStepName reports whether s is a DNS label that starts with a letter and

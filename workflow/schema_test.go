@@ -67,7 +67,7 @@ func TestSchemaAcceptsExamples(t *testing.T) {
 
 func TestSchemaRejectsBadShapes(t *testing.T) {
 	s := compileSchema(t)
-	for _, f := range []string{"unknown-keys", "wrong-types", "units", "io-rates", "disk-inodes", "names", "enums", "header", "missing-header", "paths", "nixpkgs-branch"} {
+	for _, f := range []string{"unknown-keys", "wrong-types", "units", "io-rates", "disk-inodes", "names", "enums", "header", "missing-header", "paths", "nixpkgs-branch", "deterministic"} {
 		if err := s.Validate(yamlToJSONValue(t, "testdata/bad/"+f+".yaml")); err == nil {
 			t.Errorf("schema accepts testdata/bad/%s.yaml", f)
 		}

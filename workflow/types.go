@@ -96,6 +96,33 @@ type Step struct {
 	Network    Network           `json:"network"`
 	Isolation  Isolation         `json:"isolation"`
 	Hypervisor Hypervisor        `json:"hypervisor"`
+	// Deterministic says a rerun of a record (agentsandbox rerun) must
+	// reproduce the step: the same status and exit code, and outputs
+	// with the same NAR hash: every output, or only DeterministicOutputs
+	// when the step lists them (deterministic: [a.txt]). Both are left
+	// out of the canonical form when unset, so workflows without them
+	// keep their hashes.
+	Deterministic bool `json:"deterministic,omitempty"`
+	// DeterministicOutputs are the outputs the list form names: sorted,
+	// unique, each one of Outputs. Empty means every output.
+	DeterministicOutputs []string `json:"deterministicOutputs,omitempty"`
+}
+
+// OutputDeterministic reports whether a rerun must reproduce the step's
+// output out (a path of Outputs) bit for bit.
+func (s Step) OutputDeterministic(out string) bool {
+	if !s.Deterministic {
+		return false
+	}
+	if len(s.DeterministicOutputs) == 0 {
+		return true
+	}
+	for _, o := range s.DeterministicOutputs {
+		if o == out {
+			return true
+		}
+	}
+	return false
 }
 
 // Resources are a step's hard quotas. Sizes are bytes, network rates bits
