@@ -158,6 +158,9 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 	if err := r.pinWorkflow(rec); err != nil {
 		return nil, err
 	}
+	if err := r.logDecisions(rec, plan); err != nil { // decisionlog.go
+		return nil, err
+	}
 
 	runErr := r.prepare(ctx, rec)
 	var outcomes []vmrunner.Outcome
