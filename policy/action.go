@@ -43,6 +43,10 @@ const (
 	ActionRemove    = "file_remove"
 	ActionSnapshot  = "snapshot"
 	ActionRestore   = "restore"
+	// ActionRunWorkflow is a whole workflow run by the server (the MCP
+	// tool run_workflow, POST /v1/runs); its steps are then admitted like
+	// an apply's.
+	ActionRunWorkflow = "run_workflow"
 )
 
 // Action is the input document of an action's decision.
@@ -58,6 +62,15 @@ type Action struct {
 	Path string `json:"path,omitempty"`
 	// create: the canonical step the sandbox would run.
 	Step any `json:"step,omitempty"`
+	// run_workflow: the workflow.
+	Workflow *ActionWorkflow `json:"workflow,omitempty"`
+}
+
+// ActionWorkflow names the workflow of a run_workflow action.
+type ActionWorkflow struct {
+	Name  string   `json:"name"`
+	Hash  string   `json:"hash"` // its canonical hash, sha256:<hex>
+	Steps []string `json:"steps"`
 }
 
 // ActionSandbox names the sandbox an action is taken in.

@@ -49,6 +49,8 @@ type Options struct {
 	// DecisionLog receives one JSON line per action decision (policy.go);
 	// nil keeps none.
 	DecisionLog io.Writer
+	// MaxRuns bounds the workflows run at once (runs.go; default 4).
+	MaxRuns int
 }
 
 // Manager is the real Manager: sandboxes opened through the engine.
@@ -60,6 +62,8 @@ type manager struct {
 	boxes   map[string]*box
 	closing bool
 	opening sync.WaitGroup // Creates between their reservation and their end
+	runs    int            // workflows running (runs.go)
+	runsWG  sync.WaitGroup // the same, to wait for at Close
 
 	stop chan struct{}
 	done chan struct{}
@@ -87,6 +91,9 @@ func New(o Options) (Manager, error) {
 	}
 	if o.ReapEvery <= 0 {
 		o.ReapEvery = time.Second
+	}
+	if o.MaxRuns <= 0 {
+		o.MaxRuns = 4
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
@@ -351,6 +358,8 @@ func (m *manager) Close(ctx context.Context) error {
 	// A Create under way sees closing when it is done and closes its
 	// sandbox itself; wait for it, so nothing outlives Close.
 	m.opening.Wait()
+	// Runs see the stop and cancel their steps; their records are written.
+	m.runsWG.Wait()
 	var errs []error
 	var wg sync.WaitGroup
 	var mu sync.Mutex

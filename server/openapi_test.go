@@ -93,6 +93,7 @@ func TestSchemasMatchStructs(t *testing.T) {
 		"ErrorBody": ErrorBody{}, "Health": Health{}, "SandboxList": SandboxList{}, "FileList": FileList{},
 		"ExtendRequest": ExtendRequest{}, "SignalRequest": SignalRequest{},
 		"SnapshotInfo": sandboxes.SnapshotInfo{}, "SnapshotRequest": sandboxes.SnapshotRequest{}, "RestoreRequest": sandboxes.RestoreRequest{}, "SnapshotList": SnapshotList{},
+		"RunRequest": sandboxes.RunRequest{}, "RunInfo": sandboxes.RunInfo{}, "RunStep": sandboxes.RunStep{}, "RunOutput": sandboxes.RunOutput{},
 	}
 	for name, v := range types {
 		schema, ok := doc.Components.Schemas[name]

@@ -107,6 +107,23 @@ func (s *Server) routes() {
 		return nil
 	})
 
+	s.handle("POST /v1/runs", func(w *respWriter, r *http.Request) error {
+		var req sandboxes.RunRequest
+		if err := s.decode(w, r, &req); err != nil {
+			return err
+		}
+		runner, ok := m.(sandboxes.Runner)
+		if !ok {
+			return &sandboxes.Error{Code: sandboxes.CodeUnsupport, Message: "this server does not run workflows; use agentsandbox serve, or agentsandbox apply"}
+		}
+		info, err := runner.Run(r.Context(), req)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, info)
+		return nil
+	})
+
 	s.handle("POST /v1/sandboxes/{id}/snapshots", func(w *respWriter, r *http.Request) error {
 		var req sandboxes.SnapshotRequest
 		if err := s.decode(w, r, &req); err != nil {

@@ -36,6 +36,7 @@ type serveOptions struct {
 	TokenFile    string
 	Templates    string
 	MaxSandboxes int
+	MaxRuns      int
 	DefaultTTL   time.Duration
 	DefaultIdle  time.Duration
 	Policy       policyOptions
@@ -70,7 +71,7 @@ start it removes what a server killed with SIGKILL left behind (as gc does).
 
 Every action in a sandbox (create, exec, file read, write, list, remove,
 snapshot, restore) is judged by the policy's deny_action rules (docs/policy.md)
-and logged to STATE-DIR/serve-decisions.log as OPA-style decision lines.
+and logged to STATE-DIR/serve-decisions.log as OPA decision log events.
 SIGHUP reloads the policy from the same --policy and --policy-data sources.` + exitStatusHelp,
 		Example: `  agentsandbox serve
   curl --unix-socket ~/.local/state/agentsandbox/serve.sock -X POST http://sandbox/v1/sandboxes -d '{}'
@@ -205,7 +206,7 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (sandb
 			Backends: map[workflow.Isolation]vmrunner.Backend{workflow.IsolationNamespace: namespace.New(namespace.Options{})},
 			Fetch:    fetch, Policy: pol, ToolVersion: toolVersion(),
 		},
-		TemplateDir: opts.Templates, MaxSandboxes: opts.MaxSandboxes,
+		TemplateDir: opts.Templates, MaxSandboxes: opts.MaxSandboxes, MaxRuns: opts.MaxRuns,
 		DefaultTTL: opts.DefaultTTL, DefaultIdle: opts.DefaultIdle,
 		Logf: func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
 	}
@@ -227,6 +228,7 @@ func (opts *serveOptions) addManagerFlags(f *pflag.FlagSet) {
 	f.StringVar(&opts.StateDir, "state-dir", "", "where records, blobs and sandbox directories live (default $XDG_STATE_HOME/agentsandbox, /var/lib/agentsandbox for root)")
 	f.StringVar(&opts.Templates, "templates", "", "directory of workflow files a sandbox spec may name as templates (FILE#STEP)")
 	f.IntVar(&opts.MaxSandboxes, "max-sandboxes", 32, "most sandboxes running at once")
+	f.IntVar(&opts.MaxRuns, "max-runs", 4, "most workflows run at once (POST /v1/runs, the MCP tool run_workflow)")
 	f.DurationVar(&opts.DefaultTTL, "default-ttl", time.Hour, "a sandbox's lifetime when its spec gives none")
 	f.DurationVar(&opts.DefaultIdle, "default-idle", 15*time.Minute, "a sandbox's idle timeout when its spec gives none")
 	opts.Policy.AddFlags(f)

@@ -49,7 +49,7 @@ func New(m sandboxes.Manager, version string, o Options) *sdk.Server {
 }
 
 const instructions = `agentsandbox runs commands in isolated sandboxes (namespace jails or microVMs) with quotas and no network unless allowed.
-Create a sandbox with sandbox_create, run commands in it with exec (as often as you like: files and state persist between commands), move files with write_file, read_file and list_files (paths relative to the workspace), and kill it when done: kill returns the id of its execution record, which lists every command and file written. snapshot saves the workspace's files; restore rolls back to a snapshot, and sandbox_create's from_snapshot starts a new sandbox from one.
+Create a sandbox with sandbox_create, run commands in it with exec (as often as you like: files and state persist between commands), move files with write_file, read_file and list_files (paths relative to the workspace), and kill it when done: kill returns the id of its execution record, which lists every command and file written. snapshot saves the workspace's files; restore rolls back to a snapshot, and sandbox_create's from_snapshot starts a new sandbox from one. run_workflow, where offered, runs a whole agentsandbox workflow (YAML) and returns each step's result and the run's record.
 A command that exits non-zero is a normal result: read exit_code and stderr. A tool error starts with its code (not_found, bad_request, conflict, policy_denied, limit_exceeded, ...) and says what to do.`
 
 // HTTPHandler serves s over MCP's streamable HTTP transport, stateless:

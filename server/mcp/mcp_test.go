@@ -126,7 +126,7 @@ func TestMCPListTools(t *testing.T) {
 	slices.Sort(names)
 	want := []string{"exec", "exec_output", "kill", "list_files", "list_sandboxes", "list_snapshots", "read_file", "restore", "sandbox_create", "snapshot", "write_file"}
 	if !slices.Equal(names, want) {
-		t.Errorf("tools %v, want %v (run_workflow is not offered yet)", names, want)
+		t.Errorf("tools %v, want %v (run_workflow only where the manager runs workflows)", names, want)
 	}
 }
 

@@ -53,6 +53,7 @@ func (t *tools) register(s *sdk.Server) {
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)}},
 		t.list)
 	t.registerSnapshots(s)
+	t.registerRuns(s)
 }
 
 // CreateArgs are sandbox_create's arguments.

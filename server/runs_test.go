@@ -1,0 +1,55 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/sandboxes"
+)
+
+// runner adds a scripted Run to the fake manager: it answers what the
+// request asked for, or refuses a workflow the real manager would not
+// find.
+type runner struct {
+	*fakesandboxes.Manager
+	got []sandboxes.RunRequest
+}
+
+func (r *runner) Run(_ context.Context, req sandboxes.RunRequest) (sandboxes.RunInfo, error) {
+	r.got = append(r.got, req)
+	if req.Workflow == "missing.yaml" {
+		return sandboxes.RunInfo{}, sandboxes.Errorf(sandboxes.CodeNotFound, "workflow %q: no such file", req.Workflow)
+	}
+	return sandboxes.RunInfo{Record: "rec", Workflow: "demo", Status: "failed",
+		Steps: []sandboxes.RunStep{{Name: "a", Status: "failed", ExitCode: 3, Stderr: "boom", Outputs: []sandboxes.RunOutput{}}}}, nil
+}
+
+// TestRunsNeedARunner: a manager that runs no workflows (the fake) says
+// so with not_supported_yet, not a 404 or a 500.
+func TestRunsNeedARunner(t *testing.T) {
+	e := newEnv(t, nil)
+	wantErr(t, e.req("POST", "/v1/runs", sandboxes.RunRequest{Workflow: "ci.yaml"}), http.StatusNotImplemented,
+		sandboxes.CodeUnsupport, "does not run workflows")
+}
+
+// TestRuns: the request reaches the runner as sent (strict JSON), a
+// failed step is a 200 answer with its status, and the runner's errors
+// keep their codes.
+func TestRuns(t *testing.T) {
+	var r *runner
+	e := newEnv(t, func(o *Options) {
+		r = &runner{Manager: o.Manager.(*fakesandboxes.Manager)}
+		o.Manager = r
+	})
+	info := want[sandboxes.RunInfo](t, e.req("POST", "/v1/runs", sandboxes.RunRequest{Inline: "name: x", Isolation: "namespace"}), http.StatusOK)
+	if info.Status != "failed" || len(info.Steps) != 1 || info.Steps[0].ExitCode != 3 || info.Record != "rec" {
+		t.Errorf("run = %+v", info)
+	}
+	if len(r.got) != 1 || r.got[0].Inline != "name: x" || r.got[0].Isolation != "namespace" {
+		t.Errorf("the runner got %+v", r.got)
+	}
+	wantErr(t, e.req("POST", "/v1/runs", sandboxes.RunRequest{Workflow: "missing.yaml"}), http.StatusNotFound, sandboxes.CodeNotFound, "missing.yaml")
+	wantErr(t, e.req("POST", "/v1/runs", `{"workflow": "a.yaml", "steps": ["x"]}`), http.StatusBadRequest, sandboxes.CodeBadRequest, "steps")
+}
