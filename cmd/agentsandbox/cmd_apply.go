@@ -97,16 +97,9 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 		}
 		return err
 	}
-	iso := workflow.Isolation(opts.Isolation)
-	switch iso {
-	case "", workflow.IsolationAuto, workflow.IsolationVM, workflow.IsolationNamespace:
-	default:
-		return usageErrorf("--isolation %q: want auto, vm or namespace", opts.Isolation)
-	}
-	switch opts.Accel {
-	case "", "auto", "kvm", "tcg":
-	default:
-		return usageErrorf("--accel %q (or $%s): want auto, kvm or tcg", opts.Accel, accelEnv)
+	iso, err := opts.check()
+	if err != nil {
+		return err
 	}
 
 	store, err := openStore(opts.StateDir)
@@ -129,7 +122,64 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 	if err != nil {
 		return err
 	}
+	fetcher := &inputs.Fetcher{Store: store, Limits: inputs.DefaultLimits, AllowOutside: opts.Policy.AllowOutsideInputs}
+	_, err = applyWorkflow(ctx, stdio, opts, applyRun{
+		Path: path, Workflow: w, Raw: raw, Isolation: iso,
+		Store: store, Parent: parent, Host: host, Policy: pol,
+		Fetch: fetchFrom(fetcher, filepath.Dir(path)),
+	})
+	return err
+}
 
+// check validates --isolation and --accel, and returns the isolation
+// override.
+func (o applyOptions) check() (workflow.Isolation, error) {
+	iso := workflow.Isolation(o.Isolation)
+	switch iso {
+	case "", workflow.IsolationAuto, workflow.IsolationVM, workflow.IsolationNamespace:
+	default:
+		return "", usageErrorf("--isolation %q: want auto, vm or namespace", o.Isolation)
+	}
+	switch o.Accel {
+	case "", "auto", "kvm", "tcg":
+	default:
+		return "", usageErrorf("--accel %q (or $%s): want auto, kvm or tcg", o.Accel, accelEnv)
+	}
+	return iso, nil
+}
+
+// fetchFrom is the engine's FetchFunc of fetcher, with file inputs
+// relative to baseDir (the workflow file's directory).
+func fetchFrom(fetcher *inputs.Fetcher, baseDir string) engine.FetchFunc {
+	return func(ctx context.Context, in workflow.Input, dir string) (record.Input, string, error) {
+		dst := filepath.Join(dir, "content")
+		f, err := fetcher.Fetch(ctx, in, baseDir, dst)
+		if err != nil {
+			return record.Input{}, "", err
+		}
+		return f.Input, f.Path, nil
+	}
+}
+
+// applyRun is one run of a parsed workflow: what apply and rerun each
+// work out before the run, which applyWorkflow then makes the same way.
+type applyRun struct {
+	Path      string // the workflow file: names its lock file
+	Workflow  *workflow.Workflow
+	Raw       []byte // the file's exact bytes
+	Isolation workflow.Isolation
+	Store     *record.Store
+	Parent    *record.ID
+	Host      engine.Host
+	Policy    *policy.Engine
+	Fetch     engine.FetchFunc
+}
+
+// applyWorkflow runs r with apply's flags: progress, warnings, backends,
+// the run, the summary and the record id on stdout. It returns the result
+// whenever a record was written, and apply's exit status as the error.
+func applyWorkflow(ctx context.Context, stdio Stdio, opts applyOptions, r applyRun) (*engine.Result, error) {
+	w, path, iso, host, store := r.Workflow, r.Path, r.Isolation, r.Host, r.Store
 	var events progress // made once the policy admits the run
 	var realise engine.RealiseFunc
 	if host.Nix {
@@ -141,16 +191,6 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 			Stderr: stdio.Err,
 		}
 		realise = nr.Realise
-	}
-	fetcher := &inputs.Fetcher{Store: store, Limits: inputs.DefaultLimits, AllowOutside: opts.Policy.AllowOutsideInputs}
-	baseDir := filepath.Dir(path)
-	fetch := func(ctx context.Context, in workflow.Input, dir string) (record.Input, string, error) {
-		dst := filepath.Join(dir, "content")
-		f, err := fetcher.Fetch(ctx, in, baseDir, dst)
-		if err != nil {
-			return record.Input{}, "", err
-		}
-		return f.Input, f.Path, nil
 	}
 
 	var names []string
@@ -192,11 +232,11 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 		}
 	}
 	res, runErr := engine.Run(ctx, w, engine.Options{
-		WorkflowPath: path, WorkflowBytes: raw,
+		WorkflowPath: path, WorkflowBytes: r.Raw,
 		Isolation: iso, Jobs: opts.Jobs, Host: host, Store: store,
 		RunRoot:  filepath.Join(store.Dir(), "runs"),
-		Backends: backends, Realise: realise, Fetch: fetch,
-		Policy: pol, ToolVersion: toolVersion(), Parent: parent,
+		Backends: backends, Realise: realise, Fetch: r.Fetch,
+		Policy: r.Policy, ToolVersion: toolVersion(), Parent: r.Parent,
 		Events: onEvent,
 	})
 	if events != nil {
@@ -209,12 +249,12 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 		fmt.Fprintln(stdio.Out, res.ID)
 	}
 	if runErr != nil {
-		return applyExit(runErr)
+		return res, applyExit(runErr)
 	}
 	if !res.Succeeded() {
-		return &silentError{code: ExitStepFailed}
+		return res, &silentError{code: ExitStepFailed}
 	}
-	return nil
+	return res, nil
 }
 
 // applyExit sorts a stopped run's error into its exit status.
