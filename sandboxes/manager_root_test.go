@@ -378,24 +378,36 @@ deny_action contains msg if {
 	if _, err := m.Exec(ctx, id, ExecRequest{Argv: []string{"curl", "x"}}, nil); CodeOf(err) != CodeDenied {
 		t.Errorf("denied exec: %v", err)
 	}
-	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+	evs, err := policy.DecodeDecisionLog(bytes.NewReader(log.Bytes()))
+	if err != nil {
+		t.Fatalf("decision log: %v\n%s", err, log.String())
+	}
 	var denied int
-	for _, l := range lines {
-		var d struct {
-			DecisionID  string         `json:"decision_id"`
-			Path        string         `json:"path"`
-			Input       policy.Action  `json:"input"`
-			InputDigest string         `json:"input_digest"`
-			Result      map[string]any `json:"result"`
-			Bundle      string         `json:"bundle"`
+	instance := ""
+	for _, ev := range evs {
+		var in policy.Action
+		var res struct {
+			Allowed bool     `json:"allowed"`
+			Deny    []string `json:"deny"`
 		}
-		if err := json.Unmarshal([]byte(l), &d); err != nil {
-			t.Fatalf("decision log line %q: %v", l, err)
+		if err := json.Unmarshal(ev.Input, &in); err != nil {
+			t.Fatalf("decision %s input %s: %v", ev.DecisionID, ev.Input, err)
 		}
-		if d.DecisionID == "" || d.Path != "agentsandbox/deny_action" || d.InputDigest == "" || d.Bundle == "" || d.Input.Sandbox.ID == "" && d.Input.Action != "create" {
-			t.Errorf("decision line: %s", l)
+		if err := json.Unmarshal(ev.Result, &res); err != nil {
+			t.Fatalf("decision %s result %s: %v", ev.DecisionID, ev.Result, err)
 		}
-		if d.Result["allowed"] == false {
+		if ev.Path != policy.ActionPath || ev.Custom["input_digest"] == nil || ev.BundleRevision() == "" || in.Sandbox.ID == "" && in.Action != "create" ||
+			ev.Labels["type"] != "agentsandbox" || ev.Labels["version"] != "test" || ev.Labels["id"] == "" || ev.Metrics["timer_rego_query_eval_ns"] == nil {
+			t.Errorf("decision line: %+v", ev)
+		}
+		if in.Sandbox.ID != "" && ev.RequestedBy != "sandbox:"+in.Sandbox.ID {
+			t.Errorf("decision %s requested_by %q, want sandbox:%s", ev.DecisionID, ev.RequestedBy, in.Sandbox.ID)
+		}
+		if instance != "" && ev.Labels["id"] != instance {
+			t.Errorf("labels.id %q then %q: one server, one instance id", instance, ev.Labels["id"])
+		}
+		instance = ev.Labels["id"]
+		if !res.Allowed {
 			denied++
 		}
 	}

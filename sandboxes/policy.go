@@ -2,7 +2,6 @@ package sandboxes
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"sort"
 	"strings"
@@ -14,10 +13,12 @@ import (
 
 // Every action in a sandbox is judged by the policy's deny_action rules
 // (policy/action.go) before it happens, and every decision is written to
-// the decision log as one JSON line in the shape of OPA's decision logs
-// (decision_id, path, input, result, timestamp, bundle), so existing
-// tooling reads it. The policy can be replaced while the server runs
-// (SetPolicy): the next action, and the next create's admission, use it.
+// the decision log as one JSON line in OPA's decision log event format
+// (policy.ActionEvent: labels with this server's instance id, decision_id,
+// bundles, path, input, result, timestamp, metrics, requested_by), so
+// existing tooling reads it. The policy can be replaced while the server
+// runs (SetPolicy): the next action, and the next create's admission, use
+// it.
 
 // PolicySetter is the part of the real manager that swaps the policy.
 type PolicySetter interface {
@@ -29,6 +30,9 @@ type policyHolder struct {
 	mu  sync.Mutex
 	pol *policy.Engine
 	log io.Writer
+	// instance is labels.id of the log's events: one random id per
+	// manager, made at its first decision.
+	instance string
 }
 
 func (m *manager) SetPolicy(p *policy.Engine) {
@@ -43,17 +47,6 @@ func (m *manager) policy() *policy.Engine {
 	return m.pol.pol
 }
 
-// decisionLine is one line of the decision log.
-type decisionLine struct {
-	DecisionID  string         `json:"decision_id"`
-	Path        string         `json:"path"`
-	Input       policy.Action  `json:"input"`
-	InputDigest string         `json:"input_digest"`
-	Result      map[string]any `json:"result"`
-	Timestamp   time.Time      `json:"timestamp"`
-	Bundle      string         `json:"bundle"`
-}
-
 // authorize judges a in sandbox b (nil for a create) and logs the
 // decision; a denial is a policy_denied error with the decision's id.
 func (m *manager) authorize(ctx context.Context, b *box, a policy.Action) (string, error) {
@@ -66,11 +59,12 @@ func (m *manager) authorize(ctx context.Context, b *box, a policy.Action) (strin
 		a.Sandbox = policy.ActionSandbox{ID: b.id, Labels: b.labels, Isolation: b.info.Isolation}
 		b.mu.Unlock()
 	}
+	start := time.Now()
 	d, err := pol.EvalAction(ctx, a)
 	if err != nil {
 		return "", &Error{Code: CodeInternal, Message: "the action policy failed to evaluate: " + err.Error(), Err: err}
 	}
-	m.logDecision(a, d)
+	m.logDecision(a, d, time.Since(start))
 	if !d.Allowed() {
 		return d.ID.String(), &Error{Code: CodeDenied, Decision: d.ID.String(),
 			Message: "the policy denies " + a.Action + ": " + strings.Join(d.Deny, "; ")}
@@ -78,21 +72,36 @@ func (m *manager) authorize(ctx context.Context, b *box, a policy.Action) (strin
 	return d.ID.String(), nil
 }
 
-func (m *manager) logDecision(a policy.Action, d *policy.ActionDecision) {
+// logDecision writes d as a line of the decision log. requested_by is
+// the sandbox the action is in ("sandbox:<id>"), empty for a create.
+func (m *manager) logDecision(a policy.Action, d *policy.ActionDecision, took time.Duration) {
 	m.pol.mu.Lock()
 	defer m.pol.mu.Unlock()
 	if m.pol.log == nil {
 		return
 	}
-	line, err := json.Marshal(decisionLine{
-		DecisionID: d.ID.String(), Path: "agentsandbox/" + policy.ActionRule, Input: a,
-		InputDigest: d.InputDigest.String(), Result: map[string]any{"deny": d.Deny, "allowed": d.Allowed()},
-		Timestamp: d.Time, Bundle: d.BundleDigest.String(),
-	})
-	if err != nil {
-		return
+	if m.pol.instance == "" {
+		id, err := newID()
+		if err != nil {
+			m.o.Logf("decision log: %v", err)
+			return
+		}
+		m.pol.instance = id
 	}
-	_, _ = m.pol.log.Write(append(line, '\n'))
+	o := policy.EventOptions{ID: m.pol.instance, Version: m.o.Engine.ToolVersion, Time: d.Time}
+	if a.Sandbox.ID != "" {
+		o.RequestedBy = "sandbox:" + a.Sandbox.ID
+	}
+	ev, err := policy.ActionEvent(d, a, took, o)
+	if err == nil {
+		var line []byte
+		if line, err = policy.AppendEvent(nil, ev); err == nil {
+			_, err = m.pol.log.Write(line)
+		}
+	}
+	if err != nil {
+		m.o.Logf("decision log: %v", err)
+	}
 }
 
 func envNames(env map[string]string) []string {
