@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/inputs"
@@ -73,17 +74,23 @@ passes the probe but still cannot run a guest; --accel kvm skips the probe.` + e
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Isolation, "isolation", "", "override every step's isolation: auto, vm or namespace")
-	f.IntVar(&opts.Jobs, "jobs", runtime.NumCPU(), "how many independent steps run at once")
-	f.BoolVar(&opts.JSON, "json", false, "print progress as JSON lines (one event per line) instead of text")
-	f.StringVar(&opts.StateDir, "state-dir", "", "where records, blobs and run directories live (default $XDG_STATE_HOME/agentsandbox, /var/lib/agentsandbox for root)")
-	f.StringVar(&opts.Flake, "flake", "", "realise steps from this flake directory instead of generating one (for example an edited 'render' output)")
-	f.BoolVar(&opts.Offline, "offline", false, "pass --offline to Nix")
-	f.BoolVar(&opts.UpdateLock, "update-lock", false, "refresh FILE.lock, the pinned flake inputs, on purpose")
+	opts.AddFlags(f)
 	f.StringVar(&opts.Parent, "parent", "", "record id (or unique prefix) of the run this one reruns")
-	f.StringVar(&opts.Accel, "accel", envOr(accelEnv, "auto"), "VM accelerator: auto (probe KVM), kvm, or tcg (software emulation); default from $"+accelEnv)
-	opts.Policy.AddFlags(f)
 	return cmd
+}
+
+// AddFlags adds the flags of a run that apply and rerun share (all of
+// apply's but --parent).
+func (o *applyOptions) AddFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.Isolation, "isolation", "", "override every step's isolation: auto, vm or namespace")
+	f.IntVar(&o.Jobs, "jobs", runtime.NumCPU(), "how many independent steps run at once")
+	f.BoolVar(&o.JSON, "json", false, "print progress as JSON lines (one event per line) instead of text")
+	f.StringVar(&o.StateDir, "state-dir", "", "where records, blobs and run directories live (default $XDG_STATE_HOME/agentsandbox, /var/lib/agentsandbox for root)")
+	f.StringVar(&o.Flake, "flake", "", "realise steps from this flake directory instead of generating one (for example an edited 'render' output)")
+	f.BoolVar(&o.Offline, "offline", false, "pass --offline to Nix")
+	f.BoolVar(&o.UpdateLock, "update-lock", false, "refresh FILE.lock, the pinned flake inputs, on purpose")
+	f.StringVar(&o.Accel, "accel", envOr(accelEnv, "auto"), "VM accelerator: auto (probe KVM), kvm, or tcg (software emulation); default from $"+accelEnv)
+	o.Policy.AddFlags(f)
 }
 
 func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string) error {
@@ -173,6 +180,9 @@ type applyRun struct {
 	Host      engine.Host
 	Policy    *policy.Engine
 	Fetch     engine.FetchFunc
+	// Report, when set, prints more about a finished run after the
+	// summary, before the record id (rerun: its comparison).
+	Report func(*engine.Result)
 }
 
 // applyWorkflow runs r with apply's flags: progress, warnings, backends,
@@ -244,6 +254,9 @@ func applyWorkflow(ctx context.Context, stdio Stdio, opts applyOptions, r applyR
 	}
 	if res != nil && !opts.JSON {
 		printSummary(stdio.Out, res)
+	}
+	if res != nil && r.Report != nil {
+		r.Report(res)
 	}
 	if res != nil {
 		fmt.Fprintln(stdio.Out, res.ID)
