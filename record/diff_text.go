@@ -175,8 +175,8 @@ func valueText(v any) string {
 	case nil:
 		return "none"
 	case string:
-		if v == "" {
-			return `""`
+		if v == "" || strings.ContainsAny(v, "\n\r") {
+			return strconv.Quote(v) // one change, one line
 		}
 		return v
 	}

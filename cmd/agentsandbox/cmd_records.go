@@ -29,7 +29,8 @@ in Nix base32. IDs may be abbreviated to a unique prefix, like git's.` + exitSta
   agentsandbox records show 1b9x
   agentsandbox records verify 1b9x
   agentsandbox records export 1b9x --to out/
-  agentsandbox records net 1b9x`,
+  agentsandbox records net 1b9x
+  agentsandbox records diff 1b9x 0zq4`,
 	}
 	cmd.PersistentFlags().StringVar(&opts.StateDir, "state-dir", "", "where records and blobs live (default $XDG_STATE_HOME/agentsandbox, /var/lib/agentsandbox for root)")
 	list := &cobra.Command{
@@ -74,6 +75,7 @@ anything differs.` + exitStatusHelp,
 		c.Args = wrapArgs(c.Args)
 	}
 	cmd.AddCommand(list, show, verify, export, net)
+	cmd.AddCommand(newRecordsDiffCmd(stdio, &opts))
 	return cmd
 }
 
