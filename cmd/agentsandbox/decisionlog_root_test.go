@@ -1,0 +1,60 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/policy"
+	"github.com/agentsandbox/agentsandbox/record"
+)
+
+// TestApplyRecordsDecisionLog: a real apply's record names a blob with its
+// admission as an OPA decision log line, under the record's decision id
+// and bundle digest, and verify checks it.
+func TestApplyRecordsDecisionLog(t *testing.T) {
+	testtier.Root(t)
+	state := t.TempDir()
+	code, out, stderr := execute(t, "apply", "--isolation", "namespace", "--state-dir", state, "../../examples/hello.yaml")
+	if code != ExitOK {
+		t.Fatalf("apply: exit %d\n%s\n%s", code, out, stderr)
+	}
+	s, err := record.OpenStore(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := s.Resolve(lastLine(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rec.Policy
+	if p == nil || p.DecisionLog == nil {
+		t.Fatalf("the record's policy names no decision log: %+v", p)
+	}
+	rc, err := s.OpenBlob(*p.DecisionLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	evs, err := policy.DecodeDecisionLog(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 {
+		t.Fatalf("%d decisions in the log, want the admission", len(evs))
+	}
+	ev := evs[0]
+	if ev.DecisionID != p.DecisionID || ev.BundleRevision() != p.BundleDigest {
+		t.Errorf("log line decision %s bundle %s; record decision %s bundle %s", ev.DecisionID, ev.BundleRevision(), p.DecisionID, p.BundleDigest)
+	}
+	if ev.Labels["version"] != toolVersion() || ev.Path != policy.AdmissionPath || !strings.Contains(string(ev.Input), `"name":"hello"`) {
+		t.Errorf("log line: %+v input %s", ev, ev.Input)
+	}
+	if code, vout, verr := execute(t, "records", "verify", "--state-dir", state, id.String()); code != ExitOK {
+		t.Fatalf("verify: exit %d\n%s%s", code, vout, verr)
+	}
+}
