@@ -52,7 +52,7 @@ leaves a content-addressed record of what ran.` + exitStatusHelp,
 		newRenderCmd(stdio),
 		newValidateCmd(stdio), newPlanCmd(stdio), newSchemaCmd(stdio),
 		newPolicyCmd(stdio),
-		newApplyCmd(stdio), newRecordsCmd(stdio), newGCCmd(stdio),
+		newApplyCmd(stdio), newRerunCmd(stdio), newRecordsCmd(stdio), newGCCmd(stdio),
 		newServeCmd(stdio), newSandboxCmd(stdio), newMCPCmd(stdio),
 	)
 	for _, c := range root.Commands() {
