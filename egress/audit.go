@@ -70,12 +70,26 @@ type Truncated struct {
 	Limit int    `json:"limit_bytes"`
 }
 
+// LineRules is the type of a RulesChange line.
+const LineRules = "rules"
+
+// RulesChange is the audit line of a change of a running sandbox's rules
+// (granted or revoked egress): the rules in force from then on.
+type RulesChange struct {
+	Type  string    `json:"type"` // "rules"
+	Time  time.Time `json:"time"`
+	Step  string    `json:"step"`
+	Allow []string  `json:"allow"`
+	Deny  []string  `json:"deny"`
+}
+
 // Line is one decoded audit line: exactly one field is set.
 type Line struct {
 	Conn      *Conn
 	Query     *Query
 	Drops     *Drops
 	Truncated *Truncated
+	Rules     *RulesChange
 }
 
 // ReadLog decodes a step's audit log (JSON lines). An unknown type is an
@@ -110,6 +124,9 @@ func ReadLog(r io.Reader) ([]Line, error) {
 		case "truncated":
 			l.Truncated = &Truncated{}
 			v = l.Truncated
+		case LineRules:
+			l.Rules = &RulesChange{}
+			v = l.Rules
 		default:
 			return nil, fmt.Errorf("network log line %d: unknown type %q", n, head.Type)
 		}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/egress"
 	"github.com/agentsandbox/agentsandbox/egress/gateway"
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
@@ -165,6 +166,26 @@ func (sb *Sandbox) Env() []string { return jobFor(sb.Step, sb.run.realised[sb.St
 
 // Gateway is the sandbox's egress, nil without network.allow.
 func (sb *Sandbox) Gateway() *gateway.Gateway { return sb.gw }
+
+// ErrNoEgress is SetEgress on a sandbox opened without network.allow: it
+// has no network room (firewall, resolver, proxy) whose rules could change.
+var ErrNoEgress = errors.New("the sandbox was opened without network.allow, so it has no egress to change; open it with network.allow naming at least one entry (it can be revoked later)")
+
+// SetEgress replaces the sandbox's network.allow while it runs: the next
+// connection and DNS query are judged by allow, together with the
+// policy's egress_deny admitted at open, which no entry can open.
+// Connections already open go on.
+func (sb *Sandbox) SetEgress(allow []string) error {
+	if sb.gw == nil {
+		return ErrNoEgress
+	}
+	rules, err := egress.NewRules(allow, sb.Decision.EgressDeny)
+	if err != nil {
+		return fmt.Errorf("network.allow: %w", err)
+	}
+	sb.gw.SetRules(rules)
+	return nil
+}
 
 // ScratchDir makes a fresh directory of the host's for the sandbox's
 // own use (a snapshot being restored), out of the job's reach, removed

@@ -47,6 +47,10 @@ const (
 	// tool run_workflow, POST /v1/runs); its steps are then admitted like
 	// an apply's.
 	ActionRunWorkflow = "run_workflow"
+	// ActionNetworkGrant and ActionNetworkRevoke change a running
+	// sandbox's network.allow; network lists the entries.
+	ActionNetworkGrant  = "network_grant"
+	ActionNetworkRevoke = "network_revoke"
 )
 
 // Action is the input document of an action's decision.
@@ -64,6 +68,8 @@ type Action struct {
 	Step any `json:"step,omitempty"`
 	// run_workflow: the workflow.
 	Workflow *ActionWorkflow `json:"workflow,omitempty"`
+	// network_grant, network_revoke: the network.allow entries.
+	Network []string `json:"network,omitempty"`
 }
 
 // ActionWorkflow names the workflow of a run_workflow action.

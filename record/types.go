@@ -42,6 +42,9 @@ type Record struct {
 	// serve) instead of an apply: its one step is the sandbox itself, and
 	// every action taken in it is an entry.
 	Sandbox *Sandbox `json:"sandbox,omitempty"`
+	// TraceID is the OpenTelemetry trace the run was part of (32 hex
+	// digits), when tracing was on (docs/observability.md).
+	TraceID string `json:"traceId,omitempty"`
 }
 
 // Sandbox is what happened in a long-lived sandbox, in order.
@@ -93,6 +96,9 @@ type Action struct {
 	Path string  `json:"path,omitempty"`
 	File *Digest `json:"file,omitempty"`
 	Size int64   `json:"size,omitempty"`
+	// network: the sandbox's network.allow from then on, after a grant
+	// or a revoke.
+	Network []string `json:"network,omitempty"`
 	// Decision is the policy decision that admitted the action, if one
 	// was evaluated.
 	Decision string `json:"decision,omitempty"`

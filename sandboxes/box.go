@@ -30,6 +30,8 @@ type box struct {
 	killing   bool
 	killed    chan struct{} // closed when kill is done
 	killErr   error
+
+	netMu sync.Mutex // one network.allow change at a time (network.go)
 }
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

@@ -94,6 +94,7 @@ func TestSchemasMatchStructs(t *testing.T) {
 		"ExtendRequest": ExtendRequest{}, "SignalRequest": SignalRequest{},
 		"SnapshotInfo": sandboxes.SnapshotInfo{}, "SnapshotRequest": sandboxes.SnapshotRequest{}, "RestoreRequest": sandboxes.RestoreRequest{}, "SnapshotList": SnapshotList{},
 		"RunRequest": sandboxes.RunRequest{}, "RunInfo": sandboxes.RunInfo{}, "RunStep": sandboxes.RunStep{}, "RunOutput": sandboxes.RunOutput{},
+		"NetworkInfo": sandboxes.NetworkInfo{}, "NetworkUpdate": sandboxes.NetworkUpdate{},
 	}
 	for name, v := range types {
 		schema, ok := doc.Components.Schemas[name]

@@ -124,6 +124,41 @@ func (s *Server) routes() {
 		return nil
 	})
 
+	network := func() (sandboxes.NetworkManager, error) {
+		if nm, ok := m.(sandboxes.NetworkManager); ok {
+			return nm, nil
+		}
+		return nil, &sandboxes.Error{Code: sandboxes.CodeUnsupport, Message: "this server cannot change a running sandbox's network; create the sandbox with the network.allow it needs"}
+	}
+	s.handle("GET /v1/sandboxes/{id}/network", func(w *respWriter, r *http.Request) error {
+		nm, err := network()
+		if err != nil {
+			return err
+		}
+		info, err := nm.Network(r.Context(), r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, info)
+		return nil
+	})
+	s.handle("POST /v1/sandboxes/{id}/network", func(w *respWriter, r *http.Request) error {
+		var req sandboxes.NetworkUpdate
+		if err := s.decode(w, r, &req); err != nil {
+			return err
+		}
+		nm, err := network()
+		if err != nil {
+			return err
+		}
+		info, err := nm.UpdateNetwork(r.Context(), r.PathValue("id"), req)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, info)
+		return nil
+	})
+
 	s.handle("POST /v1/sandboxes/{id}/snapshots", func(w *respWriter, r *http.Request) error {
 		var req sandboxes.SnapshotRequest
 		if err := s.decode(w, r, &req); err != nil {

@@ -53,3 +53,13 @@ func TestRuns(t *testing.T) {
 	wantErr(t, e.req("POST", "/v1/runs", sandboxes.RunRequest{Workflow: "missing.yaml"}), http.StatusNotFound, sandboxes.CodeNotFound, "missing.yaml")
 	wantErr(t, e.req("POST", "/v1/runs", `{"workflow": "a.yaml", "steps": ["x"]}`), http.StatusBadRequest, sandboxes.CodeBadRequest, "steps")
 }
+
+// TestNetworkNeedsAManager: the fake cannot change a sandbox's network and
+// says so; a bad body is still a 400 first.
+func TestNetworkNeedsAManager(t *testing.T) {
+	e := newEnv(t, nil)
+	info := e.create(sandboxes.Spec{})
+	wantErr(t, e.req("GET", "/v1/sandboxes/"+info.ID+"/network", nil), http.StatusNotImplemented, sandboxes.CodeUnsupport, "network.allow")
+	wantErr(t, e.req("POST", "/v1/sandboxes/"+info.ID+"/network", `{"grant": ["a:1"], "x": 1}`), http.StatusBadRequest, sandboxes.CodeBadRequest)
+	wantErr(t, e.req("POST", "/v1/sandboxes/"+info.ID+"/network", sandboxes.NetworkUpdate{Grant: []string{"a.test:443"}}), http.StatusNotImplemented, sandboxes.CodeUnsupport)
+}

@@ -151,6 +151,10 @@ func printNetLog(out io.Writer, st record.Step, lines []egress.Line, opts record
 		case l.Drops != nil && !opts.denied:
 			d := l.Drops
 			fmt.Fprintf(tw, "-\tdrops\t%d packets, %d bytes dropped by the firewall\t-\t-\t-\t-\t-\t-\t-\t%v\n", d.Packets, d.Bytes, d.By)
+		case l.Rules != nil && !opts.denied:
+			r := l.Rules
+			fmt.Fprintf(tw, "%s\trules\tnetwork.allow is now [%s]\t-\t-\t-\t-\t-\t-\t-\tgranted or revoked on the running sandbox\n",
+				r.Time.Local().Format("15:04:05.000"), strings.Join(r.Allow, ", "))
 		case l.Truncated != nil:
 			fmt.Fprintf(tw, "-\tlog\t%d lines not kept (the host keeps %d bytes of a step's network log)\t-\t-\t-\t-\t-\t-\t-\t-\n", l.Truncated.Lines, l.Truncated.Limit)
 		}

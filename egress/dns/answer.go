@@ -119,10 +119,11 @@ func (s *Server) resolve(resp *mdns.Msg, qn mdns.Question, q *egress.Query) {
 		q.Reason = fmt.Sprintf("%q is not a host name (letters, digits, '-' and '_' in dot-separated labels); network.allow can name only host names", name)
 		return
 	}
-	rule, ok := s.Rules.ResolveRule(name)
+	rs := s.rules()
+	rule, ok := rs.ResolveRule(name)
 	if !ok {
 		resp.Rcode = mdns.RcodeNameError
-		q.Reason = s.nxReason(name, rule)
+		q.Reason = nxReason(rs, name, rule)
 		return
 	}
 	q.Reason = fmt.Sprintf("network.allow %q", rule.Entry)
@@ -145,12 +146,12 @@ func (s *Server) resolve(resp *mdns.Msg, qn mdns.Question, q *egress.Query) {
 
 // nxReason says why name gets NXDOMAIN: rule is the deny rule that names
 // it, or the zero Rule.
-func (s *Server) nxReason(name string, rule egress.Rule) string {
+func nxReason(rs *egress.Rules, name string, rule egress.Rule) string {
 	if rule.Entry != "" {
 		return fmt.Sprintf("forbidden by the policy (data.agentsandbox.egress_deny %q); no network.allow entry can open it", rule.Entry)
 	}
 	add := fmt.Sprintf("to allow it, add %q to the step's network.allow (PORT: the port the step connects to)", name+":PORT")
-	for _, r := range s.Rules.Allow {
+	for _, r := range rs.Allow {
 		if r.Wildcard && r.Host == name {
 			return fmt.Sprintf("network.allow %q names the names below %s, not %s itself; %s", r.Entry, name, name, add)
 		}

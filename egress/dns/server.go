@@ -40,8 +40,12 @@ const (
 // Set the exported fields before Serve and do not change them after.
 type Server struct {
 	// Step names the step in log lines and errors.
-	Step   string
-	Rules  *egress.Rules
+	Step  string
+	Rules *egress.Rules
+	// Live, when set, holds the rules instead of Rules: they can change
+	// while the server runs, and each query is answered by those in
+	// force (egress.Live).
+	Live   *egress.Live
 	Mapper *egress.Mapper
 	// Log receives every query, one call each (nil: no log). It is called
 	// from one goroutine at a time, while the query waits for its answer:
@@ -87,7 +91,7 @@ func (s *Server) Serve(pc net.PacketConn, l net.Listener) error {
 	if pc == nil && l == nil {
 		return fmt.Errorf("dns server for step %q: no socket to serve on; pass the UDP and TCP sockets created in the step's network namespace", s.Step)
 	}
-	if s.Rules == nil || s.Mapper == nil {
+	if (s.Rules == nil && s.Live == nil) || s.Mapper == nil {
 		closeBoth()
 		return fmt.Errorf("dns server for step %q: Rules and Mapper must be set before Serve (egress.NewRules, egress.NewMapper)", s.Step)
 	}
@@ -352,4 +356,12 @@ func (s *Server) logFinal() {
 			Reason:     fmt.Sprintf("%d more queries were answered but not logged: the log keeps the first %d queries of a step", s.suppressed, s.maxLogged()),
 		})
 	})
+}
+
+// rules are the rules in force.
+func (s *Server) rules() *egress.Rules {
+	if s.Live != nil {
+		return s.Live.Load()
+	}
+	return s.Rules
 }

@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
 	"github.com/agentsandbox/agentsandbox/egress/dns"
@@ -65,6 +66,7 @@ type Config struct {
 type Gateway struct {
 	cfg    Config
 	mapper *egress.Mapper
+	live   *egress.Live // the rules in force (SetRules)
 
 	mu      sync.Mutex
 	log     []byte
@@ -85,8 +87,19 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Rules == nil {
 		return nil, errors.New("egress gateway: no rules")
 	}
-	return &Gateway{cfg: cfg, mapper: egress.NewMapper()}, nil
+	return &Gateway{cfg: cfg, mapper: egress.NewMapper(), live: egress.NewLive(cfg.Rules)}, nil
 }
+
+// SetRules replaces the rules: the next connection and DNS query are
+// judged by r (egress.Live), and the audit log gets a line saying so.
+func (g *Gateway) SetRules(r *egress.Rules) {
+	g.live.Store(r)
+	allow, deny := r.Entries()
+	g.writeLine(egress.RulesChange{Type: egress.LineRules, Time: time.Now().UTC(), Step: g.cfg.Step, Allow: allow, Deny: deny})
+}
+
+// Rules are the rules in force.
+func (g *Gateway) Rules() *egress.Rules { return g.live.Load() }
 
 // Start sets up the firewall in room and starts the resolver and the
 // proxy on listeners made inside it. On error everything it started is
@@ -154,7 +167,7 @@ func (g *Gateway) Start(room vmrunner.EgressRoom, tap string) (err error) {
 	}
 
 	p := proxy.New(proxy.Config{
-		Step: g.cfg.Step, Rules: g.cfg.Rules, Mapper: g.mapper,
+		Step: g.cfg.Step, Live: g.live, Mapper: g.mapper,
 		Resolve: g.cfg.Resolve, Dial: g.cfg.Dial,
 		Bandwidth: g.cfg.Bandwidth,
 		Log: func(c egress.Conn) {
@@ -164,7 +177,7 @@ func (g *Gateway) Start(room vmrunner.EgressRoom, tap string) (err error) {
 			}
 		},
 	})
-	d := &dns.Server{Step: g.cfg.Step, Rules: g.cfg.Rules, Mapper: g.mapper,
+	d := &dns.Server{Step: g.cfg.Step, Live: g.live, Mapper: g.mapper,
 		Log: func(q egress.Query) { g.writeLine(q) }}
 	g.mu.Lock()
 	g.proxy, g.dns = p, d

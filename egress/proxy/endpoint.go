@@ -95,9 +95,9 @@ func (p *Proxy) handleEndpoint(s *session) {
 			}
 			name = n
 			s.rec.Name, s.rec.NameSource = name, egress.FromDNS
-			s.rec.Decision = p.c.Rules.Decide(egress.Request{Name: name, NameSource: egress.FromDNS, Addr: addr, Port: port})
+			s.rec.Decision = p.c.Live.Load().Decide(egress.Request{Name: name, NameSource: egress.FromDNS, Addr: addr, Port: port})
 		} else {
-			s.rec.Decision = p.c.Rules.Decide(egress.Request{Addr: addr, Port: port})
+			s.rec.Decision = p.c.Live.Load().Decide(egress.Request{Addr: addr, Port: port})
 		}
 	} else {
 		n, err := checkHostName([]byte(host))
@@ -109,7 +109,7 @@ func (p *Proxy) handleEndpoint(s *session) {
 		}
 		name = n
 		s.rec.Name, s.rec.NameSource = name, egress.FromConnect
-		s.rec.Decision = p.c.Rules.Decide(egress.Request{Name: name, NameSource: egress.FromConnect, Port: port})
+		s.rec.Decision = p.c.Live.Load().Decide(egress.Request{Name: name, NameSource: egress.FromConnect, Port: port})
 	}
 	if !s.rec.Allow {
 		forbidden(s.client, s.rec.Decision)

@@ -23,6 +23,10 @@ import (
 type Config struct {
 	Step  string
 	Rules *egress.Rules
+	// Live, when set, holds the rules instead of Rules: they can change
+	// while the proxy runs, and each connection is judged by those in
+	// force when it is (egress.Live).
+	Live *egress.Live
 	// Mapper names the step resolver's private addresses; nil: none are
 	// known, and a connection to one is denied.
 	Mapper *egress.Mapper
@@ -92,6 +96,9 @@ type Proxy struct {
 func New(c Config) *Proxy {
 	if c.Rules == nil {
 		c.Rules = &egress.Rules{}
+	}
+	if c.Live == nil {
+		c.Live = egress.NewLive(c.Rules)
 	}
 	if c.Resolve == nil {
 		c.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -392,7 +399,7 @@ func (p *Proxy) dial(s *session, name string, addr netip.Addr, port uint16) (net
 		if !a.IsValid() {
 			continue
 		}
-		if err := p.c.Rules.CheckUpstream(a); err != nil {
+		if err := p.c.Live.Load().CheckUpstream(a); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -73,9 +73,9 @@ func (p *Proxy) handleTransparent(s *session) {
 			refuse()
 			return
 		}
-		d = p.c.Rules.Decide(egress.Request{Name: name, NameSource: egress.FromDNS, Addr: addr, Port: port})
+		d = p.c.Live.Load().Decide(egress.Request{Name: name, NameSource: egress.FromDNS, Addr: addr, Port: port})
 	} else {
-		d = decideByAddr(p.c.Rules, addr, port, claimed, src)
+		d = decideByAddr(p.c.Live.Load(), addr, port, claimed, src)
 		if claimed != "" {
 			s.rec.Name, s.rec.NameSource = claimed, src
 		}

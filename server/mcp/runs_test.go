@@ -78,3 +78,26 @@ func TestMCPRunWorkflow(t *testing.T) {
 	}
 	callErr(t, cs, "run_workflow", map[string]any{}, sandboxes.CodeBadRequest)
 }
+
+// network adds a scripted egress change to the runner.
+func (r *runner) Network(_ context.Context, id string) (sandboxes.NetworkInfo, error) {
+	return sandboxes.NetworkInfo{Allow: []string{"a.test:443"}, Deny: []string{}}, nil
+}
+
+func (r *runner) UpdateNetwork(_ context.Context, id string, u sandboxes.NetworkUpdate) (sandboxes.NetworkInfo, error) {
+	if id != "sb1" {
+		return sandboxes.NetworkInfo{}, sandboxes.Errorf(sandboxes.CodeNotFound, "no sandbox %q", id)
+	}
+	return sandboxes.NetworkInfo{Allow: append([]string{"a.test:443"}, u.Grant...), Deny: []string{}}, nil
+}
+
+// TestMCPUpdateNetwork: update_network passes grants on and says what is
+// allowed now.
+func TestMCPUpdateNetwork(t *testing.T) {
+	cs, _ := connectRunner(t)
+	info, res := call[sandboxes.NetworkInfo](t, cs, "update_network", map[string]any{"sandbox_id": "sb1", "grant": []string{"b.test:443"}})
+	if strings.Join(info.Allow, ",") != "a.test:443,b.test:443" || !strings.Contains(text(res), "a.test:443, b.test:443") {
+		t.Errorf("update_network = %+v, %q", info, text(res))
+	}
+	callErr(t, cs, "update_network", map[string]any{"sandbox_id": "nope", "grant": []string{"b.test:443"}}, sandboxes.CodeNotFound)
+}

@@ -54,6 +54,7 @@ func (t *tools) register(s *sdk.Server) {
 		t.list)
 	t.registerSnapshots(s)
 	t.registerRuns(s)
+	t.registerNetwork(s)
 }
 
 // CreateArgs are sandbox_create's arguments.
