@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -192,6 +193,26 @@ func TestCompareOutputsErrors(t *testing.T) {
 	if _, err := s.CompareOutputs(a, b); !errors.Is(err, ErrHashMismatch) {
 		t.Errorf("damaged blob: %v", err)
 	}
+	// A NAR cut short: the walk of the other stops midway, and neither
+	// leaves the NAR reader's goroutine behind.
+	big := putTree(t, s, tree{"a": "1", "b": "2", "c": "3", "d": "4"})
+	whole, err := os.ReadFile(s.BlobPath(big.Blob()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut, _, err := s.PutBlob(bytes.NewReader(whole[:len(whole)/2]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	for i := 0; i < 50; i++ {
+		if _, err := s.CompareOutputs(big, NarHash(cut)); err == nil || !strings.Contains(err.Error(), "read nar") {
+			t.Fatalf("truncated nar: %v", err)
+		}
+	}
+	if after := runtime.NumGoroutine(); after >= before+50 {
+		t.Errorf("%d goroutines before 50 comparisons that stopped early, %d after", before, after)
+	}
 	// A blob that is not a NAR.
 	d, _, err := s.PutBlob(strings.NewReader("not a nar"))
 	if err != nil {
@@ -261,4 +282,73 @@ func TestCompareNARPaths(t *testing.T) {
 			t.Errorf("compareNARPaths(%q, %q) = %d disagrees with the NAR order", c.a, c.b, got)
 		}
 	}
+}
+
+// FuzzCompareNARs: comparing any bytes never panics; a NAR compared with
+// itself has no differences, and A against B lists as many as B against A.
+func FuzzCompareNARs(f *testing.F) {
+	var seeds [][]byte
+	for _, files := range []tree{{"a": "1", "d/b": "x:2", "l": "->a"}, {"a": "2", "d/": "/"}} {
+		root := filepath.Join(f.TempDir(), "out")
+		os.Mkdir(root, 0o755)
+		for name, v := range files {
+			p := filepath.Join(root, name)
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			switch {
+			case v == "/":
+				os.MkdirAll(p, 0o755)
+			case strings.HasPrefix(v, "->"):
+				os.Symlink(v[2:], p)
+			case strings.HasPrefix(v, "x:"):
+				os.WriteFile(p, []byte(v[2:]), 0o755)
+			default:
+				os.WriteFile(p, []byte(v), 0o644)
+			}
+		}
+		var b bytes.Buffer
+		if err := nar.DumpPath(&b, root); err != nil {
+			f.Fatal(err)
+		}
+		seeds = append(seeds, b.Bytes())
+		f.Add(b.Bytes())
+	}
+	walk := func(b []byte) *narWalk {
+		w, err := newNARWalk(NarHash{}, io.NopCloser(bytes.NewReader(b)))
+		if err != nil {
+			return nil
+		}
+		return w
+	}
+	compare := func(a, b []byte) (OutputDiff, error) {
+		wa := walk(a)
+		if wa == nil {
+			return OutputDiff{}, errors.New("not a nar")
+		}
+		defer wa.close()
+		wb := walk(b)
+		if wb == nil {
+			return OutputDiff{}, errors.New("not a nar")
+		}
+		defer wb.close()
+		return compareWalks(wa, wb)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		self, err := compare(b, b)
+		if err != nil {
+			return
+		}
+		if !self.Identical || len(self.Files) != 0 {
+			t.Fatalf("a NAR against itself: %+v", self)
+		}
+		for _, other := range seeds {
+			ab, err1 := compare(b, other)
+			ba, err2 := compare(other, b)
+			if (err1 == nil) != (err2 == nil) {
+				t.Fatalf("errors differ: %v, %v", err1, err2)
+			}
+			if err1 == nil && len(ab.Files) != len(ba.Files) {
+				t.Fatalf("%d differences one way, %d the other", len(ab.Files), len(ba.Files))
+			}
+		}
+	})
 }
