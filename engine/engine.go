@@ -126,7 +126,7 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 		emit = func(Event) {}
 	}
 	started := time.Now().UTC()
-	plan, decision, err := admitted(ctx, w, o, emit)
+	plan, decision, err := tracedAdmitted(ctx, w, o, emit)
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +135,7 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 	if err != nil {
 		return nil, err
 	}
+	nameRun(ctx, runID)
 	runDir := filepath.Join(o.RunRoot, runID)
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
@@ -154,6 +155,7 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 		Started:     started,
 		Parent:      o.Parent,
 		Policy:      policyRecord(decision),
+		TraceID:     traceID(ctx),
 	}
 	if err := r.pinWorkflow(rec); err != nil {
 		return nil, err
@@ -168,7 +170,7 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 		emit(Event{Time: time.Now(), Kind: EventPhase, Line: fmt.Sprintf("run %d steps (%s)", len(steps), runID)})
 		wf := *w
 		wf.Steps = steps
-		outcomes, runErr = vmrunner.Schedule(ctx, &wf, o.Jobs, r.runStep)
+		outcomes, runErr = vmrunner.Schedule(ctx, &wf, o.Jobs, r.tracedStep)
 		for _, oc := range outcomes {
 			if !oc.Ran {
 				emit(Event{Time: time.Now(), Kind: EventSkipped, Step: oc.Step, Line: oc.Skipped})
@@ -182,7 +184,7 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 	if runErr != nil {
 		rec.Error = runErr.Error()
 	}
-	id, err := o.Store.Put(rec)
+	id, err := putRecord(ctx, o.Store, rec)
 	if err != nil {
 		return nil, errors.Join(runErr, fmt.Errorf("write record: %w", err))
 	}
@@ -263,7 +265,7 @@ func (r *run) prepare(ctx context.Context, rec *record.Record) error {
 		if rec.Host.Nix == "" {
 			rec.Host.Nix = nixVersion(ctx)
 		}
-		got, err := r.o.Realise(ctx, needNix)
+		got, err := tracedRealise(ctx, r.o.Realise, needNix)
 		if err != nil {
 			return err
 		}
@@ -278,7 +280,7 @@ func (r *run) prepare(ctx context.Context, rec *record.Record) error {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("fetch input %q: %w", in.Name, err)
 		}
-		ri, path, err := r.o.Fetch(ctx, in, dir)
+		ri, path, err := tracedFetch(ctx, r.o.Fetch, in, dir)
 		if err != nil {
 			return err // the fetcher names the input
 		}
@@ -334,6 +336,7 @@ func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepRes
 	}
 	real := r.realised[step.Name]
 	job := jobFor(step, real.EnvPath)
+	addTraceEnv(ctx, &job) // the step span's TRACEPARENT, when tracing is on
 	if err := assemble(r.o.Store, dirs.Workspace, ps, job.UID, job.GID); err != nil {
 		return vmrunner.StepResult{}, err
 	}
