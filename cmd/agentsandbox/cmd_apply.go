@@ -93,9 +93,13 @@ func (o *applyOptions) AddFlags(f *pflag.FlagSet) {
 	o.Policy.AddFlags(f)
 }
 
-func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string) error {
+func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string) (err error) {
+	ctx, endTrace := traceApply(ctx)
+	defer func() { endTrace(err) }()
 	path := args[0]
+	endParse := tracePhase(ctx, "parse")
 	w, raw, err := loadWorkflow(path, opts.Policy.parseOptions()...)
+	endParse(err)
 	if err != nil {
 		var list *workflow.ErrorList
 		if errors.As(err, &list) {
@@ -104,6 +108,7 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 		}
 		return err
 	}
+	traceWorkflow(ctx, w)
 	iso, err := opts.check()
 	if err != nil {
 		return err
@@ -249,6 +254,7 @@ func applyWorkflow(ctx context.Context, stdio Stdio, opts applyOptions, r applyR
 		Policy: r.Policy, ToolVersion: toolVersion(), Parent: r.Parent,
 		Events: onEvent,
 	})
+	traceRun(ctx, res, runErr)
 	if events != nil {
 		events.Close()
 	}

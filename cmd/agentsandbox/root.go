@@ -19,6 +19,7 @@ type Stdio struct {
 // Execute runs the CLI with args (without the program name) and returns the
 // process exit status. It is the only place errors become exit statuses.
 func Execute(ctx context.Context, stdio Stdio, args []string) int {
+	defer startTelemetry(stdio.Err)() // off unless OTEL_* says so
 	root := newRootCmd(stdio)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
@@ -54,6 +55,7 @@ leaves a content-addressed record of what ran.` + exitStatusHelp,
 		newPolicyCmd(stdio),
 		newApplyCmd(stdio), newRerunCmd(stdio), newRecordsCmd(stdio), newGCCmd(stdio),
 		newServeCmd(stdio), newSandboxCmd(stdio), newMCPCmd(stdio),
+		newKeygenCmd(stdio),
 	)
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)
