@@ -25,10 +25,14 @@ import (
 type RecordDiff struct {
 	A ID `json:"a"`
 	B ID `json:"b"`
+	// ParentA and ParentB are the runs A and B re-ran, if any. Where a run
+	// came from is not what it did: they never make runs differ.
+	ParentA *ID `json:"parentA,omitempty"`
+	ParentB *ID `json:"parentB,omitempty"`
 	// Identical is true when nothing but measurements differs.
 	Identical bool `json:"identical"`
 
-	// Run: the tool version, status, error, parent and sandbox id.
+	// Run: the tool version, status, error and sandbox id.
 	Run      []Change      `json:"run,omitempty"`
 	Workflow *WorkflowDiff `json:"workflow,omitempty"`
 	Policy   *PolicyDiff   `json:"policy,omitempty"`
@@ -168,11 +172,11 @@ func Diff(a, b *Record) RecordDiff {
 	if raw, err := Encode(b); err == nil {
 		d.B = IDOf(raw)
 	}
+	d.ParentA, d.ParentB = a.Parent, b.Parent
 	var c changes
 	c.cmp("toolVersion", a.ToolVersion, b.ToolVersion)
 	c.cmp("status", string(a.Status), string(b.Status))
 	c.cmp("error", a.Error, b.Error)
-	c.cmp("parent", optID(a.Parent), optID(b.Parent))
 	c.cmp("sandbox", sandboxID(a.Sandbox), sandboxID(b.Sandbox))
 	d.Run = c.list
 
@@ -225,13 +229,6 @@ func opt(s string) any {
 		return nil
 	}
 	return s
-}
-
-func optID(id *ID) any {
-	if id == nil {
-		return nil
-	}
-	return id.String()
 }
 
 func optDigest(d *Digest) any {

@@ -210,6 +210,11 @@ func TestDiffMeasurementsOnly(t *testing.T) {
 	if d := Diff(a, b); !d.Identical || d.Steps != nil || d.Measured != nil || d.A != d.B {
 		t.Fatalf("a record against itself: %+v", d)
 	}
+	// Where a run came from is not what it did.
+	b.Parent = &ID{1}
+	if d := Diff(a, b); !d.Identical || d.ParentB == nil || *d.ParentB != (ID{1}) {
+		t.Fatalf("a rerun: %+v", d)
+	}
 	b.Started = b.Started.Add(time.Hour)
 	b.Finished = b.Finished.Add(time.Hour + time.Second)
 	st := stepNamed(t, b, "train")

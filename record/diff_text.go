@@ -13,8 +13,17 @@ import (
 // deltas, and "identical" when only measurements differ (docs/records.md).
 func (d *RecordDiff) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "a  %s\n", d.A)
-	fmt.Fprintf(&b, "b  %s\n", d.B)
+	for _, r := range []struct {
+		name   string
+		id     ID
+		parent *ID
+	}{{"a", d.A, d.ParentA}, {"b", d.B, d.ParentB}} {
+		fmt.Fprintf(&b, "%s  %s", r.name, r.id)
+		if r.parent != nil {
+			fmt.Fprintf(&b, " (rerun of %s)", r.parent)
+		}
+		b.WriteString("\n")
+	}
 	if d.Identical {
 		b.WriteString("identical")
 		if len(d.Measured) > 0 || len(d.Steps) > 0 {

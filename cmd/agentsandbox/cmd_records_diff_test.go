@@ -42,7 +42,8 @@ func TestRecordsDiffStored(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("records diff: exit %d: %s", code, stderr)
 	}
-	want := fmt.Sprintf("a  %s\nb  %s\nstep %s\n  status: succeeded -> failed\n  exitCode: 0 -> 3\n", ida, idb, b.Steps[0].Name)
+	want := fmt.Sprintf("a  %s (rerun of %s)\nb  %s (rerun of %s)\nstep %s\n  status: succeeded -> failed\n  exitCode: 0 -> 3\n",
+		ida, a.Parent, idb, b.Parent, b.Steps[0].Name)
 	if out != want {
 		t.Errorf("records diff:\n%s\nwant:\n%s", out, want)
 	}
