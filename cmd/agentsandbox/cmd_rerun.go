@@ -417,7 +417,7 @@ func compareRuns(store *record.Store, w *workflow.Workflow, id record.ID, a, b *
 				oc.Result, oc.Files, oc.Omitted = resultDifferent, d.Files, d.Omitted
 				c.Different++
 				if oc.Deterministic {
-					c.Failures = append(c.Failures, fmt.Sprintf("deterministic output %s of step %q differs (%s)", oa.Path, sa.Name, fileList(d)))
+					c.Failures = append(c.Failures, fmt.Sprintf("deterministic output %s of step %q differs (%s)", oa.Path, sa.Name, fileList(d, oa.Path)))
 				}
 			}
 			sc.Outputs = append(sc.Outputs, oc)
@@ -478,15 +478,24 @@ func sameEnvironment(a, b record.Step) bool {
 	return true
 }
 
-// fileList names the files of a difference, at most a few.
-func fileList(d record.OutputDiff) string {
+// filePath is a differing file's path for people: the output's own path
+// for an output that is a single file (CompareOutputs' ".").
+func filePath(f record.FileDiff, output string) string {
+	if f.Path == "." {
+		return output
+	}
+	return f.Path
+}
+
+// fileList names the files of output's difference, at most a few.
+func fileList(d record.OutputDiff, output string) string {
 	const most = 5
 	var names []string
 	for i, f := range d.Files {
 		if i == most {
 			break
 		}
-		names = append(names, fmt.Sprintf("%s %s", f.Path, f.Change))
+		names = append(names, fmt.Sprintf("%s %s", filePath(f, output), f.Change))
 	}
 	if more := len(d.Files) - len(names) + d.Omitted; more > 0 {
 		names = append(names, fmt.Sprintf("and %d more", more))
@@ -527,7 +536,7 @@ func printComparison(w io.Writer, c *rerunComparison) {
 			}
 			fmt.Fprintf(w, "    %s%s: %s\n", o.Path, mark, o.Result)
 			for _, f := range o.Files {
-				fmt.Fprintf(w, "      %-8s %s  %s\n", f.Change, f.Path, sizeChange(f))
+				fmt.Fprintf(w, "      %-8s %s  %s\n", f.Change, filePath(f, o.Path), sizeChange(f))
 			}
 			if o.Omitted > 0 {
 				fmt.Fprintf(w, "      and %d more differences\n", o.Omitted)
