@@ -171,9 +171,17 @@ func copyFile(src, dst string, perm fs.FileMode) error {
 	return out.Close()
 }
 
+// SourceDateEpoch is the SOURCE_DATE_EPOCH every job gets unless its step
+// sets its own: 1980-01-01T00:00:00Z, the earliest time a ZIP archive can
+// hold and the value nixpkgs' builds use, so tools that honour the variable
+// stamp the same time into every run's outputs (docs/records.md).
+const SourceDateEpoch = "315532800"
+
 // jobFor builds the job the agent runs for step: the run script under
 // sh (from PATH) in /workspace, as the unprivileged job user, with exactly the
-// step's environment on top of a small fixed base.
+// step's environment on top of a small fixed base. The base pins what a
+// job would otherwise take from the host and what differs between runs:
+// time zone, locale and SOURCE_DATE_EPOCH.
 func jobFor(step workflow.Step, envPath string) guest.Job {
 	path := "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 	if envPath != "" {
@@ -184,6 +192,9 @@ func jobFor(step workflow.Step, envPath string) guest.Job {
 		"HOME":              "/tmp",
 		"TMPDIR":            "/tmp",
 		"LANG":              "C.UTF-8",
+		"LC_ALL":            "C.UTF-8",
+		"TZ":                "UTC",
+		"SOURCE_DATE_EPOCH": SourceDateEpoch,
 		"AGENTSANDBOX_STEP": step.Name,
 	}
 	for k, v := range step.Env {
