@@ -243,6 +243,7 @@ type narWalk struct {
 	br      *bufio.Reader
 	nr      *nar.Reader
 	entries int
+	buf     []byte // for hashing contents
 	// ended is set once Next returned the end or an error: the NAR
 	// reader's goroutine has then returned.
 	ended bool
@@ -316,7 +317,10 @@ func (w *narWalk) next() (*narEntry, error) {
 	switch hdr.Type {
 	case nar.TypeRegular:
 		sum := sha256.New()
-		n, err := io.Copy(sum, w.nr)
+		if w.buf == nil {
+			w.buf = make([]byte, 32<<10)
+		}
+		n, err := io.CopyBuffer(sum, w.nr, w.buf)
 		if err != nil {
 			return nil, fmt.Errorf("read nar %s: %s: %w", w.h, e.relPath(), err)
 		}
