@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/record"
+	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
 // applyForRerun applies the workflow at path in namespace isolation and
@@ -268,5 +272,119 @@ func TestRerunPolicyChanged(t *testing.T) {
 	code, out, stderr = execute(t, "rerun", "--state-dir", state, "--require-same-policy", id)
 	if code != ExitOK || strings.Contains(stderr, "policy bundle") {
 		t.Errorf("rerun under the recorded policy: exit %d\n%s\n%s", code, out, stderr)
+	}
+}
+
+// TestRerunIsolation: the recorded isolation is kept, forced when the host
+// resolves auto differently and the record has one level, and a mix that
+// cannot be forced is said.
+func TestRerunIsolation(t *testing.T) {
+	const src = "apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: i\nnixpkgs: github:NixOS/nixpkgs/8f3e1f807051e32d8c95cd12b9b421623850a34d\nsteps:\n  - {name: a, run: x}\n  - {name: b, run: x, isolation: %s}\n"
+	noKVM := engine.Host{Root: true, Nix: true, QEMU: true}
+	kvm := engine.Host{Root: true, Nix: true, QEMU: true, KVMUsable: true}
+	steps := func(a, b string) *record.Record {
+		return &record.Record{Steps: []record.Step{{Name: "a", Isolation: a}, {Name: "b", Isolation: b}}}
+	}
+	for _, c := range []struct {
+		name, bIso string
+		old        *record.Record
+		flag       workflow.Isolation
+		host       engine.Host
+		want       workflow.Isolation
+		warning    string
+	}{
+		{"same", "auto", steps("namespace", "namespace"), "", noKVM, "", ""},
+		{"forced", "auto", steps("vm", "vm"), "", noKVM, "vm", "a (recorded vm, now namespace), b (recorded vm, now namespace); forcing vm, as recorded"},
+		{"mixed", "vm", steps("namespace", "vm"), "", kvm, "", "a (recorded namespace, now vm); the record mixes levels"},
+		{"flag", "auto", steps("vm", "vm"), "namespace", kvm, "namespace", "--isolation namespace runs steps in other isolation than the record: a (recorded vm, now namespace)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w, err := workflow.Parse("i.yaml", []byte(fmt.Sprintf(src, c.bIso)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var warnings []string
+			got, err := rerunIsolation(w, c.old, c.flag, c.host, func(f string, a ...any) { warnings = append(warnings, fmt.Sprintf(f, a...)) })
+			if err != nil || got != c.want {
+				t.Errorf("isolation %q (%v), want %q", got, err, c.want)
+			}
+			switch {
+			case c.warning == "" && len(warnings) > 0:
+				t.Errorf("warned %q", warnings)
+			case c.warning != "" && (len(warnings) != 1 || !strings.Contains(warnings[0], c.warning)):
+				t.Errorf("warnings %q, want one with %q", warnings, c.warning)
+			}
+		})
+	}
+}
+
+// TestCompareRuns: outputs in both runs are identical or different (with
+// their files); a deterministic step that ends differently, or whose
+// deterministic output differs or is missing, is a failure; the others are
+// reported only.
+func TestCompareRuns(t *testing.T) {
+	store, err := record.OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(content string) record.NarHash {
+		p := filepath.Join(t.TempDir(), "f")
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		h, _, err := store.PutNAR(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	one, two, same := put("one\n"), put("two!\n"), put("same\n")
+	w, err := workflow.Parse("c.yaml", []byte(`apiVersion: agentsandbox.dev/v1
+kind: Workflow
+name: c
+steps:
+  - {name: det, run: x, outputs: [a, b, gone], deterministic: [a, gone]}
+  - {name: loose, run: x, outputs: [a]}
+  - {name: ends, run: x, deterministic: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &record.Record{Steps: []record.Step{
+		{Name: "det", Status: record.StatusSucceeded, Outputs: []record.Output{{Path: "a", NarHash: one}, {Path: "b", NarHash: same}, {Path: "gone", NarHash: same}}},
+		{Name: "loose", Status: record.StatusSucceeded, Outputs: []record.Output{{Path: "a", NarHash: one}}},
+		{Name: "ends", Status: record.StatusSucceeded},
+	}}
+	b := &record.Record{Steps: []record.Step{
+		{Name: "det", Status: record.StatusSucceeded, Outputs: []record.Output{{Path: "a", NarHash: two}, {Path: "b", NarHash: same}}},
+		{Name: "loose", Status: record.StatusSucceeded, Outputs: []record.Output{{Path: "a", NarHash: two}}},
+		{Name: "ends", Status: record.StatusFailed, ExitCode: 3},
+	}}
+	c, err := compareRuns(store, w, record.ID{}, a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFailures := []string{
+		`deterministic output a of step "det" differs (files: a modified)`,
+		`deterministic output gone of step "det" is missing from the rerun`,
+		`deterministic step "ends" ended failed (exit 3), the recorded run succeeded (exit 0)`,
+	}
+	if strings.Join(c.Failures, "\n") != strings.Join(wantFailures, "\n") {
+		t.Errorf("failures\n%s\nwant\n%s", strings.Join(c.Failures, "\n"), strings.Join(wantFailures, "\n"))
+	}
+	if c.Identical != 1 || c.Different != 2 {
+		t.Errorf("%d identical, %d different; want 1 and 2", c.Identical, c.Different)
+	}
+	var out bytes.Buffer
+	printComparison(&out, c)
+	for _, want := range []string{
+		"  det [deterministic]: succeeded, exit 0 (same)\n    a [deterministic]: different\n      modified a  5 bytes, recorded 4 bytes\n    b: identical\n    gone [deterministic]: only-in-parent\n",
+		"  ends [deterministic]: failed, exit 3 (recorded: succeeded, exit 0)\n",
+		"  loose: succeeded, exit 0 (same)\n    a: different\n",
+		"1 outputs identical, 2 different\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
 	}
 }
