@@ -27,6 +27,11 @@ import (
 const (
 	// SessionSocket is the socket's name in the control directory.
 	SessionSocket = "session.sock"
+	// SessionPort is the name of the virtio-serial port a VM's agent
+	// serves sessions on instead (a unix socket cannot cross the 9p
+	// share): each stream of a guest/mux session over it is one
+	// connection (docs/guest-protocol.md, "The VM transport").
+	SessionPort = "org.agentsandbox.session"
 	// MaxSessionLine bounds one JSON line of the session protocol.
 	MaxSessionLine = 1 << 20
 	// MaxSessionChunk bounds the data of one stdin, stdout or stderr

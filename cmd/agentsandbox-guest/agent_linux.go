@@ -58,10 +58,12 @@ func controlDirFromArgs(args []string) (string, error) {
 	}
 }
 
-// runWithMarkers runs the job between the start and end marker lines.
+// runWithMarkers runs the job between the start and end marker lines; a
+// session job is served on the VM's session port until the host stops it
+// (agent.RunVM).
 func runWithMarkers(ctx context.Context, controlDir string, console io.Writer) (guest.Result, error) {
 	fmt.Fprintln(console, guest.ConsoleStartLine)
-	res, err := agent.RunJob(ctx, controlDir, console)
+	res, err := agent.RunVM(ctx, controlDir, console)
 	if err != nil {
 		fmt.Fprintf(console, "%s %s; result not written: %v\n", guest.ConsoleEndLine, summary(res), err)
 		return res, err

@@ -47,8 +47,13 @@ type SessionOptions struct {
 	// reparented to the agent are reaped too. It is forced on when the
 	// agent is PID 1; a test sets it in a child subreaper.
 	Reaper bool
-	// Ready, when set, is called once the socket listens.
+	// Ready, when set, is called once the socket listens (or the port
+	// is open).
 	Ready func()
+	// Port, when set, is the name of the virtio-serial port to serve on
+	// instead of the control directory's socket: a VM's agent
+	// (session_port.go). The session then ends at the host's goaway too.
+	Port string
 }
 
 // RunSession serves the session protocol (guest/session.go) for the
@@ -95,6 +100,15 @@ func serveSession(ctx context.Context, controlDir string, console io.Writer, o S
 	}
 	if !job.Session {
 		return errors.New("job.json is not a session job (session is false): run it with RunJob")
+	}
+	if o.Port != "" {
+		srv := newServer(job, console, o.Reaper || os.Getpid() == 1)
+		reapCtx, stopReaping := context.WithCancel(context.Background())
+		reaped := srv.reap.run(reapCtx)
+		defer func() { stopReaping(); <-reaped }()
+		err := srv.servePort(ctx, o.Port, console, o.Ready)
+		srv.shutdown()
+		return err
 	}
 	sockPath := filepath.Join(controlDir, guest.SessionSocket)
 	if err := os.Remove(sockPath); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -175,7 +189,7 @@ type server struct {
 	reap    *reaper
 
 	mu     sync.Mutex
-	conns  map[*net.UnixConn]bool
+	conns  map[io.Closer]bool
 	groups map[int]bool // process groups of running execs
 	closed bool
 	wg     sync.WaitGroup
@@ -185,13 +199,14 @@ func newServer(job guest.Job, console io.Writer, reaperMode bool) *server {
 	return &server{
 		job: job, console: console,
 		reap:   newReaper(reaperMode),
-		conns:  map[*net.UnixConn]bool{},
+		conns:  map[io.Closer]bool{},
 		groups: map[int]bool{},
 	}
 }
 
-// serveConn runs one connection in its own goroutine.
-func (s *server) serveConn(c *net.UnixConn) {
+// serveConn runs one connection (a unix socket's, or a stream of the
+// VM's port) in its own goroutine.
+func (s *server) serveConn(c io.ReadWriteCloser) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -255,7 +270,7 @@ func (w *connWriter) send(ev guest.SessionEvent) error {
 }
 
 // handle serves one connection: a ping, or one exec.
-func (s *server) handle(c *net.UnixConn) {
+func (s *server) handle(c io.ReadWriter) {
 	dec := guest.NewSessionDecoder(c)
 	out := &connWriter{enc: guest.NewSessionEncoder(c)}
 	var q guest.SessionRequest

@@ -73,7 +73,7 @@ func serve(t *testing.T, o SessionOptions) string {
 }
 
 type client struct {
-	c   net.Conn
+	c   io.ReadWriteCloser
 	enc *guest.SessionEncoder
 	dec *guest.SessionDecoder
 }
