@@ -29,6 +29,10 @@ const (
 	// ControlSocket is microvm.socket, the hypervisor's control socket;
 	// with it the runner has bin/microvm-shutdown.
 	ControlSocket = "vm.sock"
+	// SessionSocket is the host end of a qemu VM's session channel: the
+	// unix socket of the chardev behind the virtio-serial port
+	// guest.SessionPort (SessionQemuArgs), which qemu listens on.
+	SessionSocket = "session.sock"
 	// ControlSource and WorkspaceSource are the share sources (qemu 9p,
 	// cloud-hypervisor virtiofs): the control directory and the workspace,
 	// as entries (directories, binds or symlinks) of the working directory.
@@ -244,6 +248,19 @@ func nixpkgsInput(n *workflow.Nixpkgs) nixpkgsData {
 		sep = "&"
 	}
 	return nixpkgsData{URL: String(n.Ref + sep + "narHash=" + n.NarHash)}
+}
+
+// SessionQemuArgs are the qemu arguments of a VM's session channel
+// (agentsandbox serve): a chardev listening on SessionSocket (relative:
+// in the VM's working directory), a virtio-serial controller of devType
+// ("pci" for microvm.nix's runners with shares, "device" for virtio-mmio)
+// and on it the port guest.SessionPort, which the agent serves.
+func SessionQemuArgs(devType string) []string {
+	return []string{
+		"-chardev", "socket,id=asbsession,path=" + SessionSocket + ",server=on,wait=off",
+		"-device", "virtio-serial-" + devType + ",id=asbserial",
+		"-device", "virtserialport,bus=asbserial.0,chardev=asbsession,name=" + guest.SessionPort,
+	}
 }
 
 // TapID is the host-side name of the tap interface of every environment

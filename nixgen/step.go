@@ -61,6 +61,9 @@ type stepData struct {
 	Allow      []allowData
 	Address    string
 	Gateway    string
+	// SessionArgs is microvm.qemu.extraArgs (Nix strings): the session
+	// channel, for qemu only.
+	SessionArgs []string
 	// Lean sets the options that keep the runner's closure small, which
 	// exist at DefaultMicrovmRev (not necessarily at a workflow's own pin).
 	Lean bool
@@ -107,6 +110,14 @@ func envFor(h EnvHash, e Environment) (stepData, flakeStep, error) {
 		Workspace:  String(guestConstants.WorkspaceMount),
 		Address:    String(GuestAddress),
 		Gateway:    String(HostAddress),
+	}
+	if e.Hypervisor == string(workflow.HypervisorQEMU) {
+		// microvm.nix's qemu runner uses PCI devices once a VM has
+		// shares (lib/runners/qemu.nix: requirePci), and every qemu
+		// environment has the two 9p shares.
+		for _, a := range SessionQemuArgs("pci") {
+			sd.SessionArgs = append(sd.SessionArgs, String(a))
+		}
 	}
 	switch e.Shares {
 	case Shares9p:

@@ -12,9 +12,10 @@ import (
 )
 
 // DefaultModules are the modules the guest needs for its 9p shares over
-// virtio-mmio and a virtio-net interface. LoadOrder adds their
-// dependencies and puts each after the modules it depends on.
-var DefaultModules = []string{"virtio_mmio", "9pnet_virtio", "9p", "virtio_net"}
+// virtio-mmio, a virtio-net interface and the session's virtio-serial
+// port (virtio_console). LoadOrder adds their dependencies and puts each
+// after the modules it depends on.
+var DefaultModules = []string{"virtio_mmio", "9pnet_virtio", "9p", "virtio_net", "virtio_console"}
 
 // Module is one kernel module ready for the initramfs.
 type Module struct {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/agentsandbox/agentsandbox/nixgen"
 )
 
 // AccelRef is the -accel value the fixture's microvm-run passes: the ACCEL
@@ -49,7 +51,9 @@ func (r Runner) TapMultiQueue() bool { return r.VCPU > 1 }
 // QemuArgs is the hypervisor command line microvm-run execs, following
 // microvm.nix's qemu runner for -M microvm on x86_64 (stdio serial console,
 // -no-reboot, reboot=t panic=-1, 9p shares by tag, tap netdevs, a QMP
-// socket). Differences, all for the fixture kernel: virtio-mmio devices
+// socket, and nixgen's session channel: the virtio-serial port the agent
+// serves sessions on, its host end SessionSocket in the working
+// directory). Differences, all for the fixture kernel: virtio-mmio devices
 // instead of PCI (the modules the initramfs loads), no -enable-kvm/-cpu
 // host (accel comes from accel, so the backend can choose), no i8042.
 func (r Runner) QemuArgs(accel string) []string {
@@ -91,6 +95,7 @@ func (r Runner) QemuArgs(accel string) []string {
 			"-device", fmt.Sprintf("virtio-9p-device,fsdev=fs%d,mount_tag=%s", i, s.Tag),
 		)
 	}
+	args = append(args, nixgen.SessionQemuArgs("device")...)
 	for _, n := range r.Interfaces {
 		netdev := "tap,id=" + n.ID + ",ifname=" + n.ID + ",script=no,downscript=no"
 		if r.TapMultiQueue() {

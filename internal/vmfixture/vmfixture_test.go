@@ -93,6 +93,9 @@ func TestQemuArgs(t *testing.T) {
 		"-device", "virtio-9p-device,fsdev=fs0,mount_tag=asb-control",
 		"-fsdev", "local,id=fs1,path=/x,security_model=none,readonly=true",
 		"-device", "virtio-9p-device,fsdev=fs1,mount_tag=ro",
+		"-chardev", "socket,id=asbsession,path=session.sock,server=on,wait=off",
+		"-device", "virtio-serial-device,id=asbserial",
+		"-device", "virtserialport,bus=asbserial.0,chardev=asbsession,name=org.agentsandbox.session",
 		"-netdev", "tap,id=tap0,ifname=tap0,script=no,downscript=no,queues=2",
 		"-device", "virtio-net-device,netdev=tap0,mac=02:00:00:00:00:01",
 	}
@@ -141,7 +144,7 @@ func TestLoadOrder(t *testing.T) {
 			}
 		}
 	}
-	for _, n := range []string{"virtio_ring", "virtio", "virtio_mmio", "netfs", "fscache", "9pnet", "9pnet_virtio", "9p", "virtio_net", "net_failover", "failover"} {
+	for _, n := range []string{"virtio_ring", "virtio", "virtio_mmio", "netfs", "fscache", "9pnet", "9pnet_virtio", "9p", "virtio_net", "net_failover", "failover", "virtio_console"} {
 		if _, ok := pos[n]; !ok {
 			t.Errorf("module %s missing from %v", n, mods)
 		}

@@ -34,6 +34,17 @@
         securityModel = "none";
       }
     ];
+    # The session channel of agentsandbox serve: a virtio-serial port the
+    # agent serves, whose host end is a unix socket in the VM's working
+    # directory.
+    qemu.extraArgs = [
+      "-chardev"
+      "socket,id=asbsession,path=session.sock,server=on,wait=off"
+      "-device"
+      "virtio-serial-pci,id=asbserial"
+      "-device"
+      "virtserialport,bus=asbserial.0,chardev=asbsession,name=org.agentsandbox.session"
+    ];
     interfaces = [
       {
         type = "tap";
