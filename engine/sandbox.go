@@ -194,6 +194,23 @@ func (sb *Sandbox) ScratchDir() (string, error) {
 	return os.MkdirTemp(sb.run.runDir, "scratch-")
 }
 
+// Draft is the sandbox's record as it would be if the sandbox ended now
+// without Close (the server killed): its step as opened, status error,
+// no entries. The server journals it so that a restart can close the
+// record of a sandbox that died with the server.
+func (sb *Sandbox) Draft() *record.Record {
+	rec := *sb.rec
+	sr := *sb.sr
+	sr.Started = sb.started
+	sr.Status, sr.ExitCode = record.StatusError, -1
+	sr.Detail = "sandbox ended with its server"
+	rec.Steps = []record.Step{sr}
+	rec.Sandbox = &record.Sandbox{ID: sb.ID, Ended: "server killed", Entries: []record.Entry{}}
+	rec.Status = record.StatusError
+	rec.Error = "the server stopped without closing the sandbox (killed or crashed), and the sandbox ended with it; its usage and network log were not kept"
+	return &rec
+}
+
 // Store is the blob store the sandbox's record goes to.
 func (sb *Sandbox) Store() *record.Store { return sb.run.o.Store }
 

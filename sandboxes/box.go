@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -32,6 +33,8 @@ type box struct {
 	killErr   error
 
 	netMu sync.Mutex // one network.allow change at a time (network.go)
+
+	journal *os.File // journal.go; nil once the record is written
 }
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
@@ -123,6 +126,9 @@ func (b *box) kill(ctx context.Context, why string) error {
 	labels := maps.Clone(b.labels)
 	b.mu.Unlock()
 	id, err := b.sb.Close(ctx, why, labels, entries)
+	if !id.IsZero() {
+		b.closeJournal() // the record is written; otherwise the next start writes it
+	}
 
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -99,6 +99,15 @@ func New(o Options) (Manager, error) {
 		o.Logf = func(string, ...any) {}
 	}
 	m := &manager{o: o, boxes: map[string]*box{}, stop: make(chan struct{}), done: make(chan struct{})}
+	// The sandboxes of a server that was killed died with it; their
+	// records are closed from their journals.
+	recovered, err := m.recoverJournals()
+	for sb, id := range recovered {
+		o.Logf("sandbox %s: ended with the server that was killed; its record is %s", sb, id)
+	}
+	if err != nil {
+		o.Logf("%v", err)
+	}
 	m.pol.log = o.DecisionLog
 	if p, ok := o.Engine.Policy.(*policy.Engine); ok {
 		m.pol.pol = p
@@ -203,6 +212,9 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 		b.info.Labels = map[string]string{}
 	}
 	info := b.info
+	if err := m.openJournal(b); err != nil {
+		m.o.Logf("sandbox %s: start its journal (its record is lost if the server is killed): %v", id, err)
+	}
 	b.mu.Unlock()
 	if s.FromSnapshot != "" {
 		if err := b.restore(m, s.FromSnapshot); err != nil {
@@ -424,6 +436,8 @@ func (b *box) addEntry(a record.Action, summary string) {
 	}
 	b.mu.Lock()
 	b.seq++
-	b.entries = append(b.entries, record.Entry{Seq: b.seq, Time: a.Time, Kind: a.Kind, Digest: d, Summary: summary})
+	e := record.Entry{Seq: b.seq, Time: a.Time, Kind: a.Kind, Digest: d, Summary: summary}
+	b.entries = append(b.entries, e)
+	b.journalEntry(e)
 	b.mu.Unlock()
 }

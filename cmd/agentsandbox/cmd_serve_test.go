@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/netns"
+	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 )
 
@@ -49,6 +50,11 @@ func TestServeKilledAndRestarted(t *testing.T) {
 	if resp.StatusCode != 201 || info.ID == "" {
 		t.Fatalf("create: %d %+v", resp.StatusCode, info)
 	}
+	req, _ := http.NewRequest("PUT", "http://sandbox/v1/sandboxes/"+info.ID+"/files/notes.txt", strings.NewReader("kept"))
+	if resp, err = c.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("put a file: %v %v", resp, err)
+	}
+	resp.Body.Close()
 	resp, err = c.Post("http://sandbox/v1/sandboxes/"+info.ID+"/exec", "application/json", strings.NewReader(`{"shell": "echo started; sleep 300"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +80,32 @@ func TestServeKilledAndRestarted(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 404 {
 		t.Errorf("the killed server's sandbox after a restart: %d, want 404 (cleanly gone)", resp.StatusCode)
+	}
+	// Its record is closed from the journal (before the new server
+	// listens), with what was done in it.
+	store, err := record.OpenStore(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _ := store.List()
+	var closed *record.Record
+	for _, sum := range list {
+		if r, err := store.Get(sum.ID); err == nil && r.Sandbox != nil && r.Sandbox.ID == info.ID {
+			closed = r
+			if problems, err := store.Verify(sum.ID); err != nil || len(problems) > 0 {
+				t.Errorf("verify the recovered record: %v %v", problems, err)
+			}
+		}
+	}
+	if closed == nil {
+		t.Fatal("no record of the killed server's sandbox")
+	}
+	if closed.Sandbox.Ended != "server killed" || closed.Status != record.StatusError || len(closed.Sandbox.Entries) != 1 ||
+		closed.Sandbox.Entries[0].Kind != "file_put" || closed.Sandbox.Labels["test"] != "killed" {
+		t.Errorf("recovered record: %+v %+v", closed.Sandbox, closed.Status)
+	}
+	if j, _ := os.ReadDir(filepath.Join(state, "sandboxes")); len(j) != 0 {
+		t.Errorf("journals left: %v", j)
 	}
 	nss, _ := netns.List(netns.Prefix)
 	for _, n := range nss {
