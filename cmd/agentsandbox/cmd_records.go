@@ -16,6 +16,10 @@ type recordsOptions struct {
 	StateDir string
 	JSON     bool
 	To       string
+	// Attestation and Key: records verify also checks this attestation
+	// (records attest) with this public key.
+	Attestation string
+	Key         string
 }
 
 func newRecordsCmd(stdio Stdio) *cobra.Command {
@@ -54,12 +58,19 @@ in Nix base32. IDs may be abbreviated to a unique prefix, like git's.` + exitSta
 		Use: "verify ID", Short: "Re-hash a record and every blob it references", Args: cobra.ExactArgs(1),
 		Long: `verify re-hashes the record and every blob it references (workflow file,
 inputs, job specs, logs, outputs) and names each mismatch. Exit status 1 when
-anything differs.` + exitStatusHelp,
-		Example: "  agentsandbox records verify 1b9x",
+anything differs.
+
+With --attestation FILE --key PUB it also checks an attestation of the run
+(records attest): the DSSE signature with PUB, the payload, statement and
+predicate types, that it is of this record, and that its subjects are exactly
+the files and NAR hashes of the record's outputs in the store now.` + exitStatusHelp,
+		Example: "  agentsandbox records verify 1b9x\n  agentsandbox records verify 1b9x --attestation 1b9x.intoto.json --key signing.pub",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRecordsVerify(cmd.Context(), stdio, opts, args)
 		},
 	}
+	verify.Flags().StringVar(&opts.Attestation, "attestation", "", "also check this attestation of the run (records attest); needs --key")
+	verify.Flags().StringVar(&opts.Key, "key", "", "the public key (PKIX PEM) the attestation must be signed with")
 	export := &cobra.Command{
 		Use: "export ID --to DIR", Short: "Restore a run's outputs from their NARs into DIR/STEP/PATH", Args: cobra.ExactArgs(1),
 		Long:    "export restores every declared output of the run from its NAR in the blob store\n(verified on the way) into DIR/STEP/PATH, never overwriting." + exitStatusHelp,
@@ -76,6 +87,9 @@ anything differs.` + exitStatusHelp,
 	}
 	cmd.AddCommand(list, show, verify, export, net)
 	cmd.AddCommand(newRecordsDiffCmd(stdio, &opts))
+	attest := newRecordsAttestCmd(stdio, &opts)
+	attest.Args = wrapArgs(attest.Args)
+	cmd.AddCommand(attest)
 	return cmd
 }
 
@@ -197,7 +211,10 @@ func runRecordsShow(_ context.Context, stdio Stdio, opts recordsOptions, args []
 	return nil
 }
 
-func runRecordsVerify(_ context.Context, stdio Stdio, opts recordsOptions, args []string) error {
+func runRecordsVerify(ctx context.Context, stdio Stdio, opts recordsOptions, args []string) error {
+	if (opts.Attestation == "") != (opts.Key == "") {
+		return usageErrorf("records verify: --attestation FILE and --key PUB go together")
+	}
 	s, id, err := resolveRecord(opts, args[0])
 	if err != nil {
 		return err
@@ -206,11 +223,19 @@ func runRecordsVerify(_ context.Context, stdio Stdio, opts recordsOptions, args 
 	if err != nil {
 		return err
 	}
-	if len(problems) > 0 {
-		for _, p := range problems {
-			fmt.Fprintf(stdio.Err, "mismatch: %s\n", p)
+	for _, p := range problems {
+		fmt.Fprintf(stdio.Err, "mismatch: %s\n", p)
+	}
+	n := len(problems)
+	if opts.Attestation != "" {
+		bad, err := verifyAttestation(ctx, stdio, s, id, opts)
+		if err != nil {
+			return err
 		}
-		return withExit(ExitStepFailed, fmt.Errorf("record %s: %d problems", id, len(problems)))
+		n += bad
+	}
+	if n > 0 {
+		return withExit(ExitStepFailed, fmt.Errorf("record %s: %d problems", id, n))
 	}
 	_, err = fmt.Fprintf(stdio.Out, "%s: ok\n", id)
 	return err

@@ -105,7 +105,7 @@ func Build(s *record.Store, id record.ID, w *Workflow) (*intoto.Statement, error
 	}
 	subjects, problems := Subjects(s, r)
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("attest record %s: %s", id, problems[0])
+		return nil, fmt.Errorf("attest record %s: %s: %w", id, problems[0].What, problems[0].Err)
 	}
 	if len(subjects) == 0 {
 		return nil, fmt.Errorf("attest record %s: %w", id, ErrNoSubjects)
