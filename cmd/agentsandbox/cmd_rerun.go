@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -214,8 +215,9 @@ func usedNix(r *record.Record) bool {
 // rerunIsolation is the isolation override of a rerun. An --isolation
 // flag wins. Otherwise the steps keep the host's resolution when it gives
 // each step the isolation the record has; when it does not, and every
-// recorded step had one level, that level is forced; a mix cannot be
-// forced step by step, so it is said, and the host's resolution runs.
+// recorded step had one level this host can run, that level is forced; a
+// mix cannot be forced step by step, nor a level the host lacks: that is
+// said, and the host's resolution runs.
 func rerunIsolation(w *workflow.Workflow, old *record.Record, flag workflow.Isolation, host engine.Host, warnf func(string, ...any)) (workflow.Isolation, error) {
 	recorded := map[string]string{}
 	levels := map[string]bool{}
@@ -245,6 +247,10 @@ func rerunIsolation(w *workflow.Workflow, old *record.Record, flag workflow.Isol
 		var level string
 		for l := range levels {
 			level = l
+		}
+		if !slices.Contains(host.Policy().Isolation, level) {
+			warnf("this host resolves isolation differently from the recorded run: %s; %s isolation cannot run here, so the steps run as this host resolves them", strings.Join(moved, ", "), level)
+			return "", nil
 		}
 		warnf("this host resolves isolation differently from the recorded run: %s; forcing %s, as recorded", strings.Join(moved, ", "), level)
 		return workflow.Isolation(level), nil

@@ -275,6 +275,31 @@ func TestRerunPolicyChanged(t *testing.T) {
 	}
 }
 
+// TestRerunWorkflowPolicyDir: a workflow's own .agentsandbox/policy is not
+// beside the rerun's copy of it; --dir names the directory it was applied
+// from, and its rules are loaded again.
+func TestRerunWorkflowPolicyDir(t *testing.T) {
+	testtier.Root(t)
+	state, dir := t.TempDir(), t.TempDir()
+	rule := "package agentsandbox.team\n\nwarn contains msg if {\n\tsome step in input.workflow.steps\n\tmsg := sprintf(\"team: step %q checked\", [step.name])\n}\n"
+	if err := os.MkdirAll(filepath.Join(dir, ".agentsandbox", "policy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".agentsandbox", "policy", "team.rego"), []byte(rule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := applyForRerun(t, state, writeWorkflow(t, dir, strings.ReplaceAll(stampWorkflow, "MARK", "")))
+
+	code, out, stderr := execute(t, "rerun", "--state-dir", state, "--require-same-policy", id)
+	if code != ExitInvalid || !strings.Contains(stderr, "the policy bundle is") {
+		t.Errorf("rerun without --dir: exit %d, want %d (the team's rules are not loaded)\n%s\n%s", code, ExitInvalid, out, stderr)
+	}
+	code, out, stderr = execute(t, "rerun", "--state-dir", state, "--require-same-policy", "--dir", dir, id)
+	if code != ExitOK || !strings.Contains(stderr, `warning: team: step "stamp" checked`) {
+		t.Errorf("rerun with --dir: exit %d, want the team's warning\n%s\n%s", code, out, stderr)
+	}
+}
+
 // TestRerunIsolation: the recorded isolation is kept, forced when the host
 // resolves auto differently and the record has one level, and a mix that
 // cannot be forced is said.
@@ -296,6 +321,7 @@ func TestRerunIsolation(t *testing.T) {
 		{"same", "auto", steps("namespace", "namespace"), "", noKVM, "", ""},
 		{"forced", "auto", steps("vm", "vm"), "", noKVM, "vm", "a (recorded vm, now namespace), b (recorded vm, now namespace); forcing vm, as recorded"},
 		{"mixed", "vm", steps("namespace", "vm"), "", kvm, "", "a (recorded namespace, now vm); the record mixes levels"},
+		{"cannot force", "auto", steps("vm", "vm"), "", engine.Host{Root: true}, "", "vm isolation cannot run here, so the steps run as this host resolves them"},
 		{"flag", "auto", steps("vm", "vm"), "namespace", kvm, "namespace", "--isolation namespace runs steps in other isolation than the record: a (recorded vm, now namespace)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
