@@ -174,3 +174,34 @@ func TestDecodeDecisionLogIsStrict(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeDecisionLog: any bytes decode or fail; what decodes encodes
+// and decodes again to the same bytes.
+func FuzzDecodeDecisionLog(f *testing.F) {
+	if b, err := os.ReadFile(filepath.Join("testdata", "decisionlog.golden.jsonl")); err == nil {
+		f.Add(b)
+	}
+	f.Add([]byte(`{"labels":{},"decision_id":"sha256:` + strings.Repeat("0", 64) + `","timestamp":"2026-01-01T00:00:00Z","input":[1,2]}`))
+	f.Add([]byte("{}\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		evs, err := DecodeDecisionLog(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		var once bytes.Buffer
+		if err := EncodeDecisionLog(&once, evs); err != nil {
+			t.Fatalf("encode what decoded: %v", err)
+		}
+		again, err := DecodeDecisionLog(bytes.NewReader(once.Bytes()))
+		if err != nil {
+			t.Fatalf("decode what was encoded: %v\n%s", err, once.Bytes())
+		}
+		var twice bytes.Buffer
+		if err := EncodeDecisionLog(&twice, again); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(once.Bytes(), twice.Bytes()) {
+			t.Fatalf("not stable:\n%s\n%s", once.Bytes(), twice.Bytes())
+		}
+	})
+}
