@@ -373,3 +373,18 @@ func TestNoOutputs(t *testing.T) {
 		t.Fatalf("Build = %v, want ErrNoSubjects", err)
 	}
 }
+
+// TestBuildRefusesDamage: a changed output blob is not attested.
+func TestBuildRefusesDamage(t *testing.T) {
+	f := newFixture(t)
+	blob := f.store.BlobPath(f.rec.Steps[0].Outputs[0].NarHash.Blob())
+	b, _ := os.ReadFile(blob)
+	os.Chmod(blob, 0o644)
+	if err := os.WriteFile(blob, bytes.Replace(b, []byte("alpha"), []byte("alphA"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Build(f.store, f.id, f.wf)
+	if !errors.Is(err, record.ErrHashMismatch) || !strings.Contains(err.Error(), "subject build/out") {
+		t.Fatalf("Build = %v, want a hash mismatch naming build/out", err)
+	}
+}

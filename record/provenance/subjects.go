@@ -1,6 +1,7 @@
 package provenance
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -128,7 +129,10 @@ func walkNAR(s *record.Store, h record.NarHash, file func(rel string, r io.Reade
 		return err
 	}
 	defer blob.Close()
-	nr, err := nar.NewReader(blob)
+	// The NAR reader reads a few bytes at a time: buffer it, or each is a
+	// read(2).
+	br := bufio.NewReaderSize(blob, 64<<10)
+	nr, err := nar.NewReader(br)
 	if err != nil {
 		return err
 	}
@@ -152,7 +156,7 @@ func walkNAR(s *record.Store, h record.NarHash, file func(rel string, r io.Reade
 			return err
 		}
 	}
-	if _, err := io.Copy(io.Discard, blob); err != nil {
+	if _, err := io.Copy(io.Discard, br); err != nil {
 		return err
 	}
 	return nil
