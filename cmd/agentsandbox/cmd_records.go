@@ -163,6 +163,9 @@ func runRecordsShow(_ context.Context, stdio Stdio, opts recordsOptions, args []
 	}
 	if r.Policy != nil {
 		fmt.Fprintf(out, "policy    decision %s, bundle %s, %d warnings\n", r.Policy.DecisionID, r.Policy.BundleDigest, len(r.Policy.Warn))
+		if r.Policy.DecisionLog != nil {
+			fmt.Fprintf(out, "          decision log %s (OPA decision log lines)\n", r.Policy.DecisionLog)
+		}
 	}
 	for _, in := range r.Inputs {
 		fmt.Fprintf(out, "input     %s %s %s\n", in.Name, in.Digest, in.Source)

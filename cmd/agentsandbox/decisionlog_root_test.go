@@ -57,4 +57,7 @@ func TestApplyRecordsDecisionLog(t *testing.T) {
 	if code, vout, verr := execute(t, "records", "verify", "--state-dir", state, id.String()); code != ExitOK {
 		t.Fatalf("verify: exit %d\n%s%s", code, vout, verr)
 	}
+	if code, sout, serr := execute(t, "records", "show", "--state-dir", state, id.String()); code != ExitOK || !strings.Contains(sout, "decision log "+p.DecisionLog.String()) {
+		t.Errorf("show: exit %d, want the decision log's digest\n%s%s", code, sout, serr)
+	}
 }
