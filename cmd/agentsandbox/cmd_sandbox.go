@@ -44,6 +44,7 @@ type sandboxCreateOptions struct {
 	Packages    []string
 	Memory      string
 	VCPU        int
+	Bandwidth   string
 	Labels      []string
 	Env         []string
 	Allow       []string
@@ -81,10 +82,14 @@ root).` + sandboxExitHelp,
   agentsandbox sandbox exec $ID -- python3 src/main.py
   agentsandbox sandbox files $ID src
   agentsandbox sandbox ls --label project=demo
+  SNAP=$(agentsandbox sandbox snapshot $ID) && agentsandbox sandbox restore $ID $SNAP
+  agentsandbox sandbox network $ID --grant pypi.org:443
+  agentsandbox sandbox run ci.yaml
   agentsandbox sandbox rm $ID`,
 	}
 	cmd.AddCommand(newSandboxCreateCmd(stdio), newSandboxLsCmd(stdio), newSandboxExecCmd(stdio),
-		newSandboxCpCmd(stdio), newSandboxFilesCmd(stdio), newSandboxRmCmd(stdio))
+		newSandboxCpCmd(stdio), newSandboxFilesCmd(stdio), newSandboxRmCmd(stdio),
+		newSandboxSnapshotCmd(stdio), newSandboxRestoreCmd(stdio), newSandboxNetworkCmd(stdio), newSandboxRunCmd(stdio))
 	for _, c := range cmd.Commands() {
 		c.Args = wrapArgs(c.Args)
 	}
@@ -114,6 +119,7 @@ given here, which override the template's. It prints the sandbox's id.` + sandbo
 	f.StringArrayVar(&opts.Packages, "package", nil, "a Nix package to have in the sandbox (repeatable)")
 	f.StringVar(&opts.Memory, "memory", "", "memory limit, such as 512MiB or 2GiB")
 	f.IntVar(&opts.VCPU, "vcpu", 0, "CPUs the sandbox may use")
+	f.StringVar(&opts.Bandwidth, "bandwidth", "", "egress bandwidth limit with --allow, such as 100Mbit (the default policy requires one)")
 	f.StringArrayVar(&opts.Labels, "label", nil, "a label K=V to find it by (repeatable)")
 	f.StringArrayVar(&opts.Env, "env", nil, "an environment variable K=V of every command (repeatable)")
 	f.StringArrayVar(&opts.Allow, "allow", nil, "a HOST:PORT, *.DOMAIN:PORT or CIDR:PORT the sandbox may reach (repeatable)")
@@ -148,10 +154,13 @@ func runSandboxCreate(ctx context.Context, stdio Stdio, opts sandboxCreateOption
 	if spec.Env, err = keyValues("env", opts.Env); err != nil {
 		return err
 	}
-	if opts.Memory != "" || opts.VCPU != 0 {
+	if opts.Memory != "" || opts.VCPU != 0 || opts.Bandwidth != "" {
 		spec.Resources = map[string]any{}
 		if opts.Memory != "" {
 			spec.Resources["memory"] = opts.Memory
+		}
+		if opts.Bandwidth != "" {
+			spec.Resources["bandwidth"] = opts.Bandwidth
 		}
 		if opts.VCPU != 0 {
 			spec.Resources["vcpu"] = opts.VCPU

@@ -335,6 +335,46 @@ func TestSandboxCLIServe(t *testing.T) {
 	if code, out, _ := run("", "sandbox", "ls", "--label", "test=cli"); code != 0 || !strings.Contains(out, id) {
 		t.Errorf("ls: exit %d:\n%s", code, out)
 	}
+	// Snapshot and restore: the workspace rolls back.
+	code, out, errs = run("", "sandbox", "snapshot", id, "--label", "before rm")
+	snap := strings.TrimSpace(out)
+	if code != 0 || !strings.HasPrefix(snap, "sha256:") {
+		t.Fatalf("snapshot: exit %d, %q, %s", code, out, errs)
+	}
+	if code, out, _ := run("", "sandbox", "snapshot", id, "--list"); code != 0 || !strings.Contains(out, snap) || !strings.Contains(out, "before rm") {
+		t.Errorf("snapshot --list: exit %d:\n%s", code, out)
+	}
+	run("", "sandbox", "exec", id, "--", "rm", "out.txt")
+	if code, _, errs := run("", "sandbox", "restore", id, snap); code != 0 {
+		t.Errorf("restore: exit %d: %s", code, errs)
+	}
+	if code, out, _ := run("", "sandbox", "exec", id, "--", "cat", "out.txt"); code != 0 || out != "hello\n" {
+		t.Errorf("after restore: exit %d, %q", code, out)
+	}
+	// Network: none to change here; one created with --allow shows and
+	// changes its list.
+	if code, _, errs := run("", "sandbox", "network", id, "--grant", "a.example.test:443"); code != ExitInfra || !strings.Contains(errs, "network.allow") {
+		t.Errorf("network --grant without a network room: exit %d: %s", code, errs)
+	}
+	code, out, errs = run("", "sandbox", "create", "--allow", "a.example.test:443", "--bandwidth", "10Mbit")
+	if code != 0 {
+		t.Fatalf("create --allow: exit %d: %s", code, errs)
+	}
+	netID := strings.TrimSpace(out)
+	if code, out, errs := run("", "sandbox", "network", netID, "--grant", "*.example.test:80", "--revoke", "a.example.test:443"); code != 0 || out != "allow: *.example.test:80\n" {
+		t.Errorf("network --grant --revoke: exit %d, %q, %s", code, out, errs)
+	}
+	if code, _, errs := run("", "sandbox", "rm", netID); code != 0 {
+		t.Errorf("rm: exit %d: %s", code, errs)
+	}
+	// A whole workflow run by the server.
+	wf := filepath.Join(dir, "wf.yaml")
+	os.WriteFile(wf, []byte("apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: via-serve\nsteps:\n  - name: one\n    isolation: namespace\n    run: echo one > one.txt\n    outputs: [one.txt]\n  - name: two\n    isolation: namespace\n    needs: [one]\n    run: exit 4\n"), 0o644)
+	code, out, errs = run("", "sandbox", "run", wf)
+	if code != ExitStepFailed || !strings.Contains(out, "one.txt") || !regexp.MustCompile(`two\s+failed\s+4`).MatchString(out) || !strings.Contains(out, "via-serve failed: record ") {
+		t.Errorf("sandbox run: exit %d:\n%s\n%s", code, out, errs)
+	}
+
 	code, out, errs = run("", "sandbox", "rm", id)
 	rec := strings.TrimSpace(out)
 	if code != 0 || rec == "" {
