@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
@@ -59,6 +61,7 @@ type execState struct {
 	decision string // the policy decision that admitted it
 	started  time.Time
 	x        vmrunner.SessionExec
+	span     trace.Span // ended by recordExec
 
 	mu       sync.Mutex
 	out, err stream
@@ -251,6 +254,7 @@ func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(
 		return ExecInfo{}, err
 	}
 	execID = "x" + execID[:11]
+	span := startExecSpan(ctx, id, argv)
 	// The command outlives this request when it runs in the background:
 	// its connection to the agent is not tied to ctx.
 	sx, err := sb.Session.Exec(context.WithoutCancel(ctx), guest.SessionRequest{
@@ -259,15 +263,17 @@ func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(
 		Stdin: r.Stdin != nil,
 	})
 	if err != nil {
+		endExecSpan(span, execID, nil, err.Error())
 		return ExecInfo{}, &Error{Code: CodeInternal, Message: fmt.Sprintf("exec in sandbox %s: %v", id, err), Err: err}
 	}
-	x := &execState{id: execID, req: r, argv: argv, started: time.Now().UTC(), x: sx, decision: decision,
+	x := &execState{id: execID, req: r, argv: argv, started: time.Now().UTC(), x: sx, decision: decision, span: span,
 		changed: make(chan struct{}), done: make(chan struct{}), recorded: make(chan struct{})}
 	x.out.limit, x.err.limit = m.o.LogLimit, m.o.LogLimit
 	b.mu.Lock()
 	if b.killing {
 		b.mu.Unlock()
 		_ = sx.Close()
+		endExecSpan(span, execID, nil, "the sandbox is stopping")
 		return ExecInfo{}, Errorf(CodeConflict, "sandbox %s is stopping", id)
 	}
 	b.execs[execID] = x
@@ -330,6 +336,7 @@ func (b *box) recordExec(x *execState, envNames []string) {
 		a.Error = x.failed
 		summary += " → " + x.failed
 	}
+	endExecSpan(x.span, x.id, x.exit, x.failed)
 	x.mu.Unlock()
 	store := b.sb.Store()
 	for _, s := range []struct {
