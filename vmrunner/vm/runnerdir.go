@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/agentsandbox/agentsandbox/guest"
 )
 
 // RunnerInfo is what the backend reads from a microvm.nix runner.
@@ -19,6 +21,9 @@ type RunnerInfo struct {
 	TapMultiQueue bool     // share/microvm/tap-flags has multi_queue
 	HasShutdown   bool     // bin/microvm-shutdown exists
 	HasVirtiofsd  bool     // bin/virtiofsd-run exists
+	// HasSessionPort: microvm-run gives the guest the session channel's
+	// port (nixgen.SessionQemuArgs), which VM sandboxes need.
+	HasSessionPort bool
 	// AccelFromEnv: microvm-run takes -accel from $ACCEL (the fixture's
 	// runners), so the backend chooses; otherwise BakedAccel is what the
 	// runner was built with ("kvm" for -enable-kvm or accel=kvm..., "tcg").
@@ -63,6 +68,7 @@ func ReadRunner(dir string) (RunnerInfo, error) {
 	ri.HasShutdown = err == nil
 	_, err = os.Stat(filepath.Join(dir, "bin", "virtiofsd-run"))
 	ri.HasVirtiofsd = err == nil
+	ri.HasSessionPort = strings.Contains(string(script), "name="+guest.SessionPort)
 	ri.AccelFromEnv, ri.BakedAccel = scriptAccel(string(script))
 	ri.Target = RunnerTarget(string(script))
 	if ri.Hypervisor != "" && ri.Hypervisor != "qemu" {

@@ -327,30 +327,77 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 			err = fmt.Errorf("run step %q in a VM: %w", name, err)
 		}
 	}()
-	if err := check(spec); err != nil {
+	l, err := b.launch(ctx, spec, &res)
+	if l != nil {
+		defer func() {
+			if cerr := l.cleanup(); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+		}()
+	}
+	if err != nil {
 		return res, err
+	}
+	return b.wait(ctx, l.r, l.ri, spec, l.con, res)
+}
+
+// launched is a started VM and what must be undone after it.
+type launched struct {
+	r      *run
+	ri     RunnerInfo
+	con    *consoleWatch
+	egress vmrunner.Egress // started; nil when the step has none
+	clog   *headTail       // console.log; nil until created
+}
+
+// cleanup, once the VM has ended (or to end it), closes the console log,
+// stops the egress and removes the sandbox (the jail killed with its
+// cgroup if it still runs, the cgroup, the netns with its taps, the
+// working directory with its sockets, the state file).
+func (l *launched) cleanup() error {
+	var errs []error
+	if l.clog != nil {
+		if err := l.clog.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("write console log: %w", err))
+		}
+	}
+	if l.egress != nil {
+		errs = append(errs, l.egress.Stop())
+	}
+	errs = append(errs, l.r.sb.Cleanup())
+	return errors.Join(errs...)
+}
+
+// launch creates the step's sandbox, the VM's working directory and
+// console log, starts the egress and the runner in its jail, and fills in
+// res's accelerator and seccomp digest. It is Run and Open alike. A
+// non-nil launched must be cleaned up, also with an error.
+func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec, res *vmrunner.StepResult) (*launched, error) {
+	name := spec.Step.Name
+	if err := check(spec); err != nil {
+		return nil, err
 	}
 	limits, err := Limits(spec.Step.Resources, spec.Workspace, cgroup.DeviceOf)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	ri, err := ReadRunner(spec.Runner)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	switch {
 	case ri.Hypervisor != string(workflow.HypervisorQEMU):
-		return res, fmt.Errorf("runner %s uses hypervisor %q: this backend runs qemu runners only so far", spec.Runner, ri.Hypervisor)
+		return nil, fmt.Errorf("runner %s uses hypervisor %q: this backend runs qemu runners only so far", spec.Runner, ri.Hypervisor)
 	case ri.HasVirtiofsd:
-		return res, fmt.Errorf("runner %s has virtiofs shares: not supported yet, use 9p shares", spec.Runner)
+		return nil, fmt.Errorf("runner %s has virtiofs shares: not supported yet, use 9p shares", spec.Runner)
 	}
 	accel, err := b.accel(ctx, ri)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	res.Accel = accel
 	if err := ctx.Err(); err != nil {
-		return res, err
+		return nil, err
 	}
 
 	workDir := hoststate.VMWorkDir(b.opts.WorkDir, spec.RunID, name)
@@ -358,75 +405,64 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	hvUID := HypervisorUID(spec.Job.UID)
 	sb := sandbox.New(b.opts.StateDir, spec.RunID, name, workDir, rootDir)
 	r := &run{b: b, sb: sb, workDir: workDir}
-	defer func() {
-		if cerr := sb.Cleanup(); cerr != nil {
-			err = errors.Join(err, cerr)
-		}
-	}()
+	l := &launched{r: r, ri: ri}
 	if err := sb.Create(limits); err != nil {
-		return res, err
+		return l, err
 	}
 	for _, tap := range ri.Taps {
 		if _, err := sb.NS.CreateTap(netns.Tap{Name: tap, Owner: hvUID, Group: HypervisorGID, MultiQueue: ri.TapMultiQueue, VnetHdr: ri.TapVnetHdr}); err != nil {
-			return res, err
+			return l, err
 		}
 	}
 	if spec.Egress != nil {
 		if err := startEgress(sb.NS, spec, ri); err != nil {
-			return res, err
+			return l, err
 		}
 		// Stopped when the VM has ended and before Cleanup deletes the
-		// namespace (deferred calls run last first).
-		defer func() {
-			if serr := spec.Egress.Stop(); serr != nil {
-				err = errors.Join(err, serr)
-			}
-		}()
+		// namespace (cleanup).
+		l.egress = spec.Egress
 	}
 	if err := os.MkdirAll(b.opts.WorkDir, 0o700); err != nil {
-		return res, fmt.Errorf("create VM directory: %w", err)
+		return l, fmt.Errorf("create VM directory: %w", err)
 	}
 	if err := sb.Mkdir(workDir, "VM working directory"); err != nil {
-		return res, err
+		return l, err
 	}
 	sb.OnCleanup(func() error { return removeWorkDir(workDir) })
 	if err := os.Chown(workDir, hvUID, HypervisorGID); err != nil {
-		return res, fmt.Errorf("give the VM working directory to the hypervisor's uid %d: %w", hvUID, err)
+		return l, fmt.Errorf("give the VM working directory to the hypervisor's uid %d: %w", hvUID, err)
 	}
 	if err := sb.Mkdir(rootDir, "jail root mount point"); err != nil {
-		return res, err
+		return l, err
 	}
 	if err := linkShares(workDir, spec); err != nil {
-		return res, err
+		return l, err
 	}
 	if err := prepareDirs(spec, hvUID); err != nil {
-		return res, err
+		return l, err
 	}
 	// job.json is the engine's: it wrote spec.Job there, and the record
 	// hashes those bytes, so the backend never rewrites it. The hypervisor
 	// reads it for the guest agent through the 9p share.
 	jobFile := filepath.Join(spec.ControlDir, guest.JobFile)
 	if err := os.Chown(jobFile, 0, HypervisorGID); err != nil {
-		return res, fmt.Errorf("give job.json to the hypervisor's group: %w", err)
+		return l, fmt.Errorf("give job.json to the hypervisor's group: %w", err)
 	}
 	if err := os.Chmod(jobFile, 0o640); err != nil {
-		return res, fmt.Errorf("give job.json to the hypervisor's group: %w", err)
+		return l, fmt.Errorf("give job.json to the hypervisor's group: %w", err)
 	}
 	closure, err := runnerClosure(ctx, spec)
 	if err != nil {
-		return res, err
+		return l, err
 	}
 	logf, err := os.OpenFile(filepath.Join(spec.ControlDir, ConsoleLog), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
-		return res, fmt.Errorf("create console log: %w", err)
+		return l, fmt.Errorf("create console log: %w", err)
 	}
 	clog := newHeadTail(logf, ConsoleLogHead, ConsoleLogTail)
-	defer func() {
-		if cerr := clog.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("write console log: %w", cerr)
-		}
-	}()
+	l.clog = clog
 	con := newConsoleWatch()
+	l.con = con
 	outs := []io.Writer{clog, con}
 	if spec.Console != nil {
 		outs = append(outs, spec.Console)
@@ -439,17 +475,17 @@ func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner
 	// kernel is the job's boundary here).
 	filter, err := seccomp.Default()
 	if err != nil {
-		return res, err
+		return l, err
 	}
 	cfg.Seccomp = filter
 	res.Seccomp = filter.DigestString()
 	if err := sb.Start(ctx, cfg); err != nil {
 		if ctx.Err() != nil {
-			return res, err
+			return l, err
 		}
-		return res, fmt.Errorf("start runner %s: %w", cfg.Exec.Argv[0], err)
+		return l, fmt.Errorf("start runner %s: %w", cfg.Exec.Argv[0], err)
 	}
-	return b.wait(ctx, r, ri, spec, con, res)
+	return l, nil
 }
 
 // startEgress opens the step's egress on the runner's one tap in the
@@ -948,8 +984,9 @@ func (r *run) shutdown(ri RunnerInfo, graceful bool) {
 	r.sb.Stop(stages...)
 }
 
-// qmpSocket finds the runner's control socket: the one socket microvm-run
-// creates in the VM's working directory.
+// qmpSocket finds the runner's control socket: the socket microvm-run
+// creates in the VM's working directory that is not the session channel's
+// (nixgen.SessionSocket).
 func (r *run) qmpSocket() string {
 	ents, err := os.ReadDir(r.workDir)
 	if err != nil {
@@ -957,7 +994,7 @@ func (r *run) qmpSocket() string {
 	}
 	var socks []string
 	for _, e := range ents {
-		if e.Type()&fs.ModeSocket != 0 {
+		if e.Type()&fs.ModeSocket != 0 && e.Name() != nixgen.SessionSocket {
 			socks = append(socks, filepath.Join(r.workDir, e.Name()))
 		}
 	}

@@ -1,0 +1,299 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/guest/mux"
+	"github.com/agentsandbox/agentsandbox/nixgen"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/workflow"
+	"golang.org/x/sys/unix"
+)
+
+// StopGrace is how long Stop lets the agent end its commands, write its
+// result and power the VM off after the host's goaway, before it quits
+// qemu and then kills the cgroup.
+const StopGrace = guest.KillGrace + 10*time.Second
+
+// pingTimeout bounds one ping of the agent once the VM is up.
+const pingTimeout = 10 * time.Second
+
+// The vm backend holds sessions for the engine (engine.OpenSandbox,
+// through vmrunner.SessionBackend).
+var (
+	_ vmrunner.SessionBackend = (*Backend)(nil)
+	_ vmrunner.Session        = (*Session)(nil)
+)
+
+// Session is a long-lived sandbox of the vm backend (Open): the same VM
+// as a step's, whose agent serves commands on the session channel (a
+// virtio-serial port; docs/guest-protocol.md, "The VM transport") until
+// Stop. All its methods are safe for concurrent use.
+type Session struct {
+	spec  vmrunner.StepSpec
+	l     *launched
+	res   vmrunner.StepResult // the accelerator and seccomp digest
+	hvUID int
+	mux   *mux.Session
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// OpenSession is Open behind the vmrunner.Session interface.
+func (b *Backend) OpenSession(ctx context.Context, spec vmrunner.StepSpec) (vmrunner.Session, error) {
+	s, err := b.Open(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Open starts a session: it creates the sandbox and starts the VM exactly
+// as Run does (state file, netns and taps, cgroup, egress, working
+// directory, the runner in its jail), connects to the runner's session
+// channel (nixgen.SessionSocket in the VM's working directory, which
+// qemu listens on) and waits until the agent answers a ping, within the
+// start bound of the accelerator. spec.Job must be a session job
+// (Session true, no command), already written to the control directory
+// as job.json. Only qemu runners have the channel: cloud-hypervisor and
+// firecracker have no virtio-serial. ctx bounds the opening only. On an
+// error nothing is left; otherwise the caller must call Stop, also after
+// Done is closed.
+func (b *Backend) Open(ctx context.Context, spec vmrunner.StepSpec) (_ *Session, err error) {
+	name := spec.Step.Name
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("open a session for step %q in a VM: %w", name, err)
+		}
+	}()
+	if !spec.Job.Session {
+		return nil, errors.New("the job is not a session job: set Job.Session (and no command) and write it to job.json")
+	}
+	if hv := spec.Step.Hypervisor; hv != "" && hv != workflow.HypervisorQEMU {
+		return nil, fmt.Errorf("hypervisor %s has no virtio-serial port for the session channel: a VM sandbox needs hypervisor qemu (vsock on the other hypervisors is future work)", hv)
+	}
+	if err := checkSessionRunner(spec.Runner); err != nil {
+		return nil, err
+	}
+	s := &Session{spec: spec, hvUID: HypervisorUID(spec.Job.UID)}
+	s.res.Isolation, s.res.Hypervisor = workflow.IsolationVM, workflow.HypervisorQEMU
+	l, err := b.launch(ctx, spec, &s.res)
+	if err != nil {
+		if l != nil {
+			err = errors.Join(err, l.cleanup())
+		}
+		return nil, err
+	}
+	s.l = l
+	if err := s.connect(ctx, b.startTimeout(s.res.Accel)); err != nil {
+		return nil, errors.Join(err, s.teardown(false))
+	}
+	return s, nil
+}
+
+// checkSessionRunner refuses a runner without the session channel: one
+// not built for qemu, or built before nixgen added the channel.
+func checkSessionRunner(runner string) error {
+	ri, err := ReadRunner(runner)
+	if err != nil {
+		return err
+	}
+	if ri.Hypervisor != string(workflow.HypervisorQEMU) {
+		return fmt.Errorf("runner %s uses hypervisor %q, which has no virtio-serial port for the session channel: a VM sandbox needs hypervisor qemu (vsock on the other hypervisors is future work)", runner, ri.Hypervisor)
+	}
+	if !ri.HasSessionPort {
+		return fmt.Errorf("runner %s has no session channel (no virtserialport named %s): it was built before VM sandboxes; render and realise the step's runner again", runner, guest.SessionPort)
+	}
+	return nil
+}
+
+// connect dials the session channel until qemu listens, then pings the
+// agent until it answers, the VM ends, ctx is done or bound passes.
+func (s *Session) connect(ctx context.Context, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
+	pause := 5 * time.Millisecond
+	var last error
+	for {
+		if s.mux == nil {
+			c, err := dialSession(s.l.r.workDir, s.hvUID)
+			if err == nil {
+				s.mux = mux.Client(c)
+			}
+			last = err
+		}
+		if s.mux != nil {
+			last = s.ping(ctx, time.Until(deadline))
+			if last == nil {
+				return nil
+			}
+			select {
+			case <-s.mux.Done():
+				// qemu closed the channel: the VM is ending.
+				return s.startError(fmt.Sprintf("the session channel closed before the agent answered (%v)", last))
+			default:
+			}
+		}
+		select {
+		case <-s.Done():
+			return s.startError(fmt.Sprintf("the hypervisor ended before the agent answered on the session channel (%v)", last))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		if time.Now().After(deadline) {
+			return s.startError(fmt.Sprintf("the agent did not answer on the session channel within %v (%v), and the host stopped the VM", bound, last))
+		}
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+}
+
+func (s *Session) startError(what string) error {
+	return &StartError{Accel: s.res.Accel, What: what, ConsoleTail: s.l.con.tail()}
+}
+
+// dialSession connects to the session channel's socket beneath the VM's
+// working directory (root's VM directory holds it; it is the
+// hypervisor's) without following a symlink there, and checks that the
+// hypervisor's uid listens on it.
+func dialSession(workDir string, hvUID int) (net.Conn, error) {
+	fd, err := unix.Open(workDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the VM working directory %s: %w", workDir, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstatat(fd, nixgen.SessionSocket, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, fmt.Errorf("find the session channel %s in %s: %w", nixgen.SessionSocket, workDir, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("%s in %s is not a socket (mode %o): refusing it", nixgen.SessionSocket, workDir, st.Mode)
+	}
+	path := "/proc/self/fd/" + strconv.Itoa(fd) + "/" + nixgen.SessionSocket
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("connect to the session channel in %s: %w", workDir, err)
+	}
+	raw, err := c.SyscallConn()
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || cerr != nil {
+		c.Close()
+		return nil, fmt.Errorf("check the session channel's peer: %w", errors.Join(err, cerr))
+	}
+	if int(cred.Uid) != hvUID {
+		c.Close()
+		return nil, fmt.Errorf("the session channel in %s is served by uid %d, not the hypervisor's %d: refusing it", workDir, cred.Uid, hvUID)
+	}
+	return c, nil
+}
+
+// ping asks the agent for a pong on a stream of its own.
+func (s *Session) ping(ctx context.Context, wait time.Duration) error {
+	st, err := s.mux.Open(ctx)
+	if err != nil {
+		return fmt.Errorf("ping the agent: %w", err)
+	}
+	defer st.Close()
+	t := time.AfterFunc(min(wait, pingTimeout), func() { st.Close() })
+	defer t.Stop()
+	if err := guest.NewSessionEncoder(st).Encode(guest.SessionRequest{Op: guest.OpPing}); err != nil {
+		return fmt.Errorf("ping the agent: %w", err)
+	}
+	var ev guest.SessionEvent
+	if err := guest.NewSessionDecoder(st).Decode(&ev); err != nil {
+		return fmt.Errorf("ping the agent: %w", err)
+	}
+	if ev.Type != guest.EventPong {
+		return fmt.Errorf("ping the agent: answered %q (%s)", ev.Type, ev.Error)
+	}
+	return nil
+}
+
+// Accel is the accelerator the VM runs with ("kvm" or "tcg").
+func (s *Session) Accel() string { return s.res.Accel }
+
+// Seccomp is the digest of the seccomp filter the hypervisor runs under
+// ("sha256:<hex>"), as StepResult.Seccomp.
+func (s *Session) Seccomp() string { return s.res.Seccomp }
+
+// Done is closed when the VM has ended, by itself or by Stop.
+func (s *Session) Done() <-chan struct{} { return s.l.r.sb.Proc.Done() }
+
+// Usage is what the VM's cgroup has measured so far.
+func (s *Session) Usage() (vmrunner.Usage, error) { return s.l.r.sb.Cgroup.Usage() }
+
+// Exec starts one command in the session on a stream of its own. The
+// request is sent as is (Op is set to exec): its Env, UID and GID are the
+// command's own, as in a Job. The command's events arrive on Events:
+// "started" or "error", then output, then "exit". When ctx is done before
+// the exit, the stream is closed and the agent kills the command's
+// process group; Close does the same.
+func (s *Session) Exec(ctx context.Context, q guest.SessionRequest) (vmrunner.SessionExec, error) {
+	st, err := s.mux.Open(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("exec in session %q: open a stream of the session channel: %w", s.spec.Step.Name, err)
+	}
+	x, err := startExec(ctx, st, q)
+	if err != nil {
+		return nil, fmt.Errorf("exec in session %q: %w", s.spec.Step.Name, err)
+	}
+	return x, nil
+}
+
+// Stop ends the session: a goaway on the channel, on which the agent
+// kills its commands, writes result.json and powers the VM off; after
+// StopGrace (or at once when ctx is done) qemu is quit over QMP, then the
+// cgroup killed. Then everything Run would remove is removed: the egress,
+// the cgroup, the netns with its taps, the working directory with its
+// sockets, the jail's root mount point and the state file. Stop after the
+// VM ended by itself only cleans up; a second Stop returns the first's
+// error.
+func (s *Session) Stop(ctx context.Context) error {
+	s.stopOnce.Do(func() {
+		graceful := ctx.Err() == nil
+		if graceful {
+			graceful = s.mux.GoAway() == nil
+		}
+		if graceful {
+			t := time.NewTimer(StopGrace)
+			select {
+			case <-s.Done():
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+		if err := s.teardown(false); err != nil {
+			s.stopErr = fmt.Errorf("stop the session of step %q: %w", s.spec.Step.Name, err)
+		}
+	})
+	return s.stopErr
+}
+
+// teardown stops the VM (QMP quit, then kill; a powerdown first when
+// graceful), closes the channel and cleans everything up.
+func (s *Session) teardown(graceful bool) error {
+	select {
+	case <-s.Done():
+	default:
+		s.l.r.shutdown(s.l.ri, graceful)
+	}
+	if s.mux != nil {
+		s.mux.Close()
+	}
+	return s.l.cleanup()
+}

@@ -1,0 +1,247 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/internal/runnertest"
+	"github.com/agentsandbox/agentsandbox/nixgen"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+// openSession opens a session job in a fresh VM (vm tier) and stops it,
+// checking that nothing is left, when the test ends.
+func openSession(t testing.TB) (*Session, vmrunner.StepSpec, *Backend) {
+	t.Helper()
+	fx := fixture(t)
+	b := newBackend(t, Options{})
+	spec := sessionSpec(t, fx.Dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := b.Open(ctx, spec)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+		assertClean(t, b, spec)
+	})
+	return s, spec, b
+}
+
+func sessionSpec(t testing.TB, runner string) vmrunner.StepSpec {
+	spec := runnertest.Options{Isolation: workflow.IsolationVM}.Spec(t, "session", nil)
+	spec.Runner = runner
+	spec.Job.Session = true
+	spec.Job.TimeoutMS = 0
+	spec.Step.Resources.TimeoutMS = 0
+	runnertest.WriteJob(t, spec)
+	return spec
+}
+
+func request(spec vmrunner.StepSpec, command ...string) guest.SessionRequest {
+	return guest.SessionRequest{
+		Command: command, Env: spec.Job.Env, Workdir: spec.Job.Workdir,
+		UID: spec.Job.UID, GID: spec.Job.GID,
+	}
+}
+
+type execOut struct {
+	pid            int
+	stdout, stderr string
+	exit           *guest.SessionEvent
+	errEv          string
+	err            error
+}
+
+func drain(x vmrunner.SessionExec) execOut {
+	var o execOut
+	for ev := range x.Events() {
+		switch ev.Type {
+		case guest.EventStarted:
+			o.pid = ev.PID
+		case guest.EventStdout:
+			o.stdout += string(ev.Data)
+		case guest.EventStderr:
+			o.stderr += string(ev.Data)
+		case guest.EventExit:
+			o.exit = &ev
+		case guest.EventError:
+			o.errEv = ev.Error
+		}
+	}
+	o.err = x.(*Exec).Err()
+	return o
+}
+
+func execIn(t *testing.T, s *Session, q guest.SessionRequest) execOut {
+	t.Helper()
+	x, err := s.Exec(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	return drain(x)
+}
+
+// A VM session runs commands on request over the virtio-serial channel:
+// echo twice, stdin, a background command signalled while others run,
+// files through the workspace share; Stop leaves nothing behind.
+func TestSessionInVM(t *testing.T) {
+	s, spec, _ := openSession(t)
+	if s.Accel() != "tcg" {
+		t.Errorf("accel %q, want tcg", s.Accel())
+	}
+	for i := range 2 {
+		o := execIn(t, s, request(spec, "echo", "hello"))
+		if o.exit == nil || o.exit.ExitCode != 0 || o.stdout != "hello\n" {
+			t.Fatalf("echo %d: %+v", i, o)
+		}
+	}
+	bg, err := s.Exec(context.Background(), request(spec, "sh", "-c", "echo waiting; trap 'echo got TERM; exit 7' TERM; while :; do sleep 0.1; done"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bg.Close()
+	for ev := range bg.Events() {
+		if ev.Type == guest.EventStdout && strings.Contains(string(ev.Data), "waiting") {
+			break
+		}
+		if ev.Type == guest.EventExit || ev.Type == guest.EventError {
+			t.Fatalf("background command ended early: %+v", ev)
+		}
+	}
+
+	q := request(spec, "sh", "-c", "cat > in.txt; wc -c < in.txt")
+	q.Stdin = true
+	x, err := s.Exec(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := strings.Repeat("0123456789", 30_000) // over the mux window and chunk size
+	if err := x.WriteStdin([]byte(payload)); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.CloseStdin(); err != nil {
+		t.Fatal(err)
+	}
+	o := drain(x)
+	x.Close()
+	if o.exit == nil || o.exit.ExitCode != 0 || strings.TrimSpace(o.stdout) != "300000" {
+		t.Fatalf("stdin: %+v", o)
+	}
+	// What the command wrote is in the host's workspace (the 9p share).
+	if b, err := os.ReadFile(filepath.Join(spec.Workspace, "in.txt")); err != nil || string(b) != payload {
+		t.Errorf("workspace in.txt: %d bytes, %v; want the %d bytes sent", len(b), err, len(payload))
+	}
+	// And a file the host puts there is the guest's to read.
+	if err := os.WriteFile(filepath.Join(spec.Workspace, "from-host.txt"), []byte("put by the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if o := execIn(t, s, request(spec, "cat", "from-host.txt")); o.exit == nil || o.stdout != "put by the host\n" {
+		t.Errorf("read a file the host put: %+v", o)
+	}
+
+	if err := bg.Signal("SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+	o = drain(bg)
+	if o.exit == nil || o.exit.ExitCode != 7 || !strings.Contains(o.stdout, "got TERM") {
+		t.Errorf("signalled background command: %+v", o)
+	}
+	if u, err := s.Usage(); err != nil || u.CPUTime <= 0 {
+		t.Errorf("usage %+v, %v", u, err)
+	}
+	if _, err := os.Lstat(filepath.Join(s.l.r.workDir, nixgen.SessionSocket)); err != nil {
+		t.Errorf("the session channel's socket: %v", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stopped in %v", time.Since(start))
+	select {
+	case <-s.Done():
+	default:
+		t.Error("Done is open after Stop")
+	}
+	// The agent stopped cleanly at the host's goaway and said so.
+	res, ok, err := vmrunner.ReadResult(spec.ControlDir)
+	if err != nil || !ok || res.ExitCode != 0 || res.Error != "" {
+		t.Errorf("result.json after Stop: %+v, %v, %v; want the agent's clean end", res, ok, err)
+	}
+	if _, err := os.Lstat(s.l.r.workDir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("VM working directory (and its sockets) left: %v", err)
+	}
+	if _, err := s.Exec(context.Background(), request(spec, "true")); err == nil {
+		t.Error("exec after Stop worked")
+	}
+}
+
+// A command that is running when the session stops is killed with the VM.
+func TestSessionStopWithRunningCommand(t *testing.T) {
+	s, spec, _ := openSession(t)
+	x, err := s.Exec(context.Background(), request(spec, "sleep", "600"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-x.Events(); ev.Type != guest.EventStarted {
+		t.Fatalf("first event %+v", ev)
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	o := drain(x)
+	if o.exit != nil && o.exit.Signal != "SIGKILL" {
+		t.Errorf("the command's end: %+v; want it killed", o)
+	}
+}
+
+func TestOpenRefusesRunnersWithoutTheChannel(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("bin/microvm-run", "#!/bin/sh\nexec qemu-system-x86_64 -M microvm\n")
+	write("share/microvm/hypervisor", "qemu\n")
+	b := New(Options{StateDir: t.TempDir(), WorkDir: t.TempDir()})
+	spec := vmrunner.StepSpec{RunID: "r", Step: workflow.Step{Name: "s"}, Runner: dir, Workspace: dir, ControlDir: dir,
+		Job: guest.Job{Session: true}}
+	_, err := b.Open(context.Background(), spec)
+	if err == nil || !strings.Contains(err.Error(), "no session channel") || !strings.Contains(err.Error(), "render and realise") {
+		t.Errorf("runner without the channel: %v", err)
+	}
+	write("share/microvm/hypervisor", "cloud-hypervisor\n")
+	_, err = b.Open(context.Background(), spec)
+	if err == nil || !strings.Contains(err.Error(), "needs hypervisor qemu") {
+		t.Errorf("cloud-hypervisor runner: %v", err)
+	}
+	spec.Step.Hypervisor = workflow.HypervisorFirecracker
+	_, err = b.Open(context.Background(), spec)
+	if err == nil || !strings.Contains(err.Error(), "firecracker has no virtio-serial") {
+		t.Errorf("firecracker step: %v", err)
+	}
+	spec.Job.Session = false
+	if _, err = b.Open(context.Background(), spec); err == nil || !strings.Contains(err.Error(), "not a session job") {
+		t.Errorf("one-shot job: %v", err)
+	}
+}
