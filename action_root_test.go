@@ -3,6 +3,11 @@ package agentsandbox
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +17,7 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/record"
+	"github.com/agentsandbox/agentsandbox/record/provenance"
 )
 
 // actionRunner plays the part of the GitHub runner for action.yml's
@@ -156,9 +162,10 @@ func (r *actionRunner) run(steps []ghStep) (map[string]int, map[string]string) {
 
 // TestActionRunsWorkflow runs action.yml's steps as the runner would
 // (building agentsandbox from this checkout, without installing packages
-// or uploading) on a workflow whose second step fails: the failure is an
-// annotation naming the step and the record, the bundle verifies on its
-// own, and the job fails with apply's status 1.
+// or uploading) on a workflow whose second step fails, with a signing key:
+// the failure is an annotation naming the step and the record, the bundle
+// verifies on its own, its signed provenance verifies against the key,
+// and the job fails with apply's status 1.
 func TestActionRunsWorkflow(t *testing.T) {
 	testtier.Root(t)
 	testtier.Command(t, "root", "python3", "Debian: apt-get install python3")
@@ -174,7 +181,8 @@ kind: Workflow
 name: ci-demo
 steps:
   - name: build
-    run: echo building
+    run: "mkdir -p out && echo building | tee out/artifact.txt"
+    outputs: [out/artifact.txt]
     resources: {timeout: 30s}
   - name: test
     needs: [build]
@@ -190,6 +198,15 @@ steps:
 	inputs["workflow"] = wf
 	inputs["isolation"] = "namespace"
 	inputs["install-packages"] = "false"
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inputs["signing-key"] = string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
 	r := &actionRunner{t: t, actionPath: wd, temp: temp, inputs: inputs, outputs: map[string]map[string]string{}}
 	status, logs := r.run(a.Runs.Steps)
 	dump := func() string {
@@ -232,14 +249,23 @@ steps:
 	if problems, err := s.Verify(rid); err != nil || len(problems) != 0 {
 		t.Errorf("verify the bundle: %v %v", problems, err)
 	}
-	// Upload ran (here: was reached) with the bundle; attest did not, with
-	// no key.
+	// The provenance signed from the bundle verifies against the key, and
+	// the key file is gone.
+	env, err := os.Open(filepath.Join(dir, id+".intoto.json"))
+	if err != nil {
+		t.Fatalf("attestation: %v\n%s", err, dump())
+	}
+	defer env.Close()
+	if problems := provenance.Verify(context.Background(), s, rid, env, pub); len(problems) != 0 {
+		t.Errorf("verify the attestation: %v", problems)
+	}
+	if left, _ := filepath.Glob(filepath.Join(temp, "agentsandbox-key.*")); len(left) != 0 {
+		t.Errorf("the signing key was left in %v", left)
+	}
+	// Upload was reached, with the bundle.
 	for _, st := range a.Runs.Steps {
-		switch {
-		case st.Uses != "" && (status[st.Name] != -2 || st.With["path"] != dir):
+		if st.Uses != "" && (status[st.Name] != -2 || st.With["path"] != dir) {
 			t.Errorf("upload step %s: status %d, path %q", st.Name, status[st.Name], st.With["path"])
-		case strings.Contains(st.If, "signing-key") && status[st.Name] != -1:
-			t.Errorf("attest step %s ran without a key", st.Name)
 		}
 	}
 }
