@@ -195,6 +195,8 @@ type applyRun struct {
 // whenever a record was written, and apply's exit status as the error.
 func applyWorkflow(ctx context.Context, stdio Stdio, opts applyOptions, r applyRun) (*engine.Result, error) {
 	w, path, iso, host, store := r.Workflow, r.Path, r.Isolation, r.Host, r.Store
+	ctx, endTrace := ensureApplySpan(ctx, w) // rerun's; apply started its own
+	defer endTrace()
 	var events progress // made once the policy admits the run
 	var realise engine.RealiseFunc
 	if host.Nix {

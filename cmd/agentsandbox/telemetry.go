@@ -69,6 +69,18 @@ func traceApply(ctx context.Context) (_ context.Context, end func(error)) {
 	}
 }
 
+// ensureApplySpan gives a run whose caller started no apply span
+// (rerun) one from here on, named after w, so that the engine's spans
+// share one trace; end ends it. A caller that did (apply) keeps its own.
+func ensureApplySpan(ctx context.Context, w *workflow.Workflow) (_ context.Context, end func()) {
+	if trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, func() {}
+	}
+	ctx, endApply := traceApply(ctx)
+	traceWorkflow(ctx, w)
+	return ctx, func() { endApply(nil) }
+}
+
 // tracePhase starts a span named name under ctx's for a phase of the
 // command; end ends it with err.
 func tracePhase(ctx context.Context, name string) (end func(error)) {
@@ -105,6 +117,9 @@ func traceRun(ctx context.Context, res *engine.Result, err error) {
 		result = "failure"
 	}
 	span.SetAttributes(attribute.String("cicd.pipeline.result", result))
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
 	if res != nil {
 		span.SetAttributes(attribute.String("agentsandbox.record.id", res.ID.String()))
 	}

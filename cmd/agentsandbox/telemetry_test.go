@@ -281,3 +281,39 @@ func TestApplyDeadCollector(t *testing.T) {
 		})
 	}
 }
+
+// TestRerunTraces: rerun, which starts no span of its own before the run,
+// still gives the run one trace: an apply span over every phase.
+func TestRerunTraces(t *testing.T) {
+	testtier.Root(t)
+	clearOTEL(t)
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	code, out, stderr := execute(t, "apply", "--isolation", "namespace", "--state-dir", state, tracedWorkflow(t, dir))
+	if code != ExitOK {
+		t.Fatalf("apply: exit %d\n%s\n%s", code, out, stderr)
+	}
+	rcv := otlptest.Start(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", rcv.URL)
+	code, out, stderr = execute(t, "rerun", "--isolation", "namespace", "--state-dir", state, lastLine(out))
+	if code != ExitOK {
+		t.Fatalf("rerun: exit %d\n%s\n%s", code, out, stderr)
+	}
+	var root otlptest.Span
+	for _, s := range rcv.Spans() {
+		if s.Name == "apply traced" {
+			root = s
+		}
+	}
+	if root.SpanID == "" || root.ParentSpanID != "" {
+		t.Fatalf("no root apply span: %+v", rcv.Spans())
+	}
+	for _, s := range rcv.Spans() {
+		if s.SpanID != root.SpanID && (s.TraceID != root.TraceID || s.ParentSpanID != root.SpanID) {
+			t.Errorf("span %q (trace %s, parent %s) is not under the rerun's apply span", s.Name, s.TraceID, s.ParentSpanID)
+		}
+	}
+	if len(rcv.Spans()) < 4 {
+		t.Errorf("only %d spans", len(rcv.Spans()))
+	}
+}
