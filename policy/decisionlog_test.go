@@ -205,3 +205,28 @@ func FuzzDecodeDecisionLog(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkAdmissionEvent100Steps is what the decision log adds to an
+// apply of a 100-step workflow: the input document again, the event and
+// its line (BenchmarkEvalDefault100Steps is the evaluation itself).
+func BenchmarkAdmissionEvent100Steps(b *testing.B) {
+	e := load(b, Options{})
+	w := generated(100)
+	d := eval(b, e, w, vmHost)
+	o := EventOptions{ID: "run", Version: "bench", Time: time.Now(), MaxInput: 1 << 20}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		in, err := InputDocument(w, vmHost)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ev, err := AdmissionEvent(d, in, o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := AppendEvent(nil, ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
