@@ -69,6 +69,7 @@ func (ss subjectSet) descriptors() []*intoto.ResourceDescriptor {
 // it, and contributes no subjects.
 func Subjects(s *record.Store, r *record.Record) ([]*intoto.ResourceDescriptor, []Problem) {
 	ss := subjectSet{}
+	w := newWalker()
 	var problems []Problem
 	for _, st := range r.Steps {
 		for _, o := range st.Outputs {
@@ -77,7 +78,7 @@ func Subjects(s *record.Store, r *record.Record) ([]*intoto.ResourceDescriptor, 
 			}
 			name := st.Name + "/" + o.Path
 			one := subjectSet{}
-			if err := walkOutput(s, name, o.NarHash, one); err != nil {
+			if err := w.output(s, name, o.NarHash, one); err != nil {
 				problems = append(problems, Problem{What: "subject " + name, Err: err})
 				continue
 			}
@@ -93,14 +94,25 @@ func Subjects(s *record.Store, r *record.Record) ([]*intoto.ResourceDescriptor, 
 	return ss.descriptors(), problems
 }
 
-// walkOutput adds the subjects of one output, named base, to ss.
-func walkOutput(s *record.Store, base string, h record.NarHash, ss subjectSet) error {
+// walker reads NARs with buffers it keeps from one to the next.
+type walker struct {
+	br  *bufio.Reader
+	buf []byte
+}
+
+func newWalker() *walker {
+	return &walker{br: bufio.NewReaderSize(nil, 32<<10), buf: make([]byte, 32<<10)}
+}
+
+// output adds the subjects of one output, named base, to ss.
+func (w *walker) output(s *record.Store, base string, h record.NarHash, ss subjectSet) error {
 	if err := ss.add(base, DigestNAR, hex.EncodeToString(h[:])); err != nil {
 		return err
 	}
-	err := walkNAR(s, h, func(rel string, r io.Reader) error {
-		sum := sha256.New()
-		if _, err := io.Copy(sum, r); err != nil {
+	sum := sha256.New()
+	err := w.nar(s, h, func(rel string, r io.Reader) error {
+		sum.Reset()
+		if _, err := io.CopyBuffer(sum, r, w.buf); err != nil {
 			return err
 		}
 		name := base
@@ -120,10 +132,10 @@ func walkOutput(s *record.Store, base string, h record.NarHash, ss subjectSet) e
 	return nil
 }
 
-// walkNAR calls file for every regular file in NAR blob h, with its path
+// nar calls file for every regular file in NAR blob h, with its path
 // relative to the NAR's root ("" when the root is the file), then reads
 // the blob to its end so that its hash is checked.
-func walkNAR(s *record.Store, h record.NarHash, file func(rel string, r io.Reader) error) error {
+func (w *walker) nar(s *record.Store, h record.NarHash, file func(rel string, r io.Reader) error) error {
 	blob, err := s.OpenBlob(h.Blob())
 	if err != nil {
 		return err
@@ -131,7 +143,9 @@ func walkNAR(s *record.Store, h record.NarHash, file func(rel string, r io.Reade
 	defer blob.Close()
 	// The NAR reader reads a few bytes at a time: buffer it, or each is a
 	// read(2).
-	br := bufio.NewReaderSize(blob, 64<<10)
+	br := w.br
+	br.Reset(blob)
+	defer br.Reset(nil)
 	nr, err := nar.NewReader(br)
 	if err != nil {
 		return err
@@ -156,7 +170,7 @@ func walkNAR(s *record.Store, h record.NarHash, file func(rel string, r io.Reade
 			return err
 		}
 	}
-	if _, err := io.Copy(io.Discard, br); err != nil {
+	if _, err := io.CopyBuffer(io.Discard, br, w.buf); err != nil {
 		return err
 	}
 	return nil
