@@ -89,6 +89,9 @@ func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options
 	if err := r.pinWorkflow(rec); err != nil {
 		return nil, err
 	}
+	if err := r.logDecisions(rec, plan); err != nil { // the admission, as an apply's (decisionlog.go)
+		return nil, err
+	}
 	if err := r.prepare(ctx, rec); err != nil {
 		return nil, err
 	}

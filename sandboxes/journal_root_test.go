@@ -71,6 +71,9 @@ func TestJournalRecovery(t *testing.T) {
 			r.Sandbox.Entries[1].Kind != "exec" || r.Sandbox.Labels["task"] != "j" || r.Status != record.StatusError {
 			t.Errorf("recovered record: %+v, status %s", r.Sandbox, r.Status)
 		}
+		if r.Policy == nil || r.Policy.DecisionLog == nil {
+			t.Errorf("the sandbox's record names no decision log: %+v", r.Policy)
+		}
 		if problems, err := store.Verify(s.ID); err != nil || len(problems) > 0 {
 			t.Errorf("verify: %v %v", problems, err)
 		}
