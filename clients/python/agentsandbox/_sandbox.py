@@ -1,11 +1,11 @@
-"""Sandboxes, their commands and their files."""
+"""Sandboxes, their commands, files, snapshots and network."""
 
 import base64
 import codecs
 import json
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from ._errors import AgentSandboxError
 from ._transport import Transport, quote_path
@@ -90,6 +90,46 @@ class FileInfo:
     def from_json(cls, d):
         return cls(path=d.get("path", ""), type=d.get("type", ""), size=d.get("size", 0),
                    mode=d.get("mode", ""), mod_time=d.get("modTime", ""), sha256=d.get("sha256") or None)
+
+
+@dataclass
+class SnapshotInfo:
+    """A snapshot of a workspace (sandboxes.SnapshotInfo): id is its NAR hash, "sha256:<hex>"."""
+    id: str
+    sandbox: str = ""
+    label: str = ""
+    created: str = ""
+    size: int = 0
+
+    @classmethod
+    def from_json(cls, d):
+        return cls(id=d["id"], sandbox=d.get("sandbox", ""), label=d.get("label", ""),
+                   created=d.get("created", ""), size=d.get("size", 0))
+
+
+def _snapshot_id(snapshot, name):
+    """The id of a snapshot given as a SnapshotInfo or its id."""
+    if isinstance(snapshot, SnapshotInfo):
+        return snapshot.id
+    if isinstance(snapshot, str) and snapshot:
+        return snapshot
+    raise TypeError("%s: want a SnapshotInfo or its id (\"sha256:...\"), got %r" % (name, snapshot))
+
+
+@dataclass
+class NetworkInfo:
+    """A sandbox's egress rules in force (sandboxes.NetworkInfo).
+
+    allow is its network.allow now; deny is the policy's egress_deny,
+    which no allow entry opens.
+    """
+    allow: List[str] = field(default_factory=list)
+    deny: List[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d):
+        d = d or {}
+        return cls(allow=list(d.get("allow") or []), deny=list(d.get("deny") or []))
 
 
 @dataclass
@@ -357,6 +397,54 @@ class Files:
                          ok=(204,))
 
 
+def _entries(entries, name):
+    out = []
+    for e in entries:
+        if not isinstance(e, str) or not e:
+            raise TypeError("%s: want entries such as \"pypi.org:443\", \"*.example.com:443\" or "
+                            "\"10.0.0.0/8:5432\", got %r" % (name, e))
+        out.append(e)
+    return out
+
+
+class Network:
+    """sandbox.network: the hosts, *.domains and CIDR:ports the sandbox may reach.
+
+    Only a sandbox created with network=[...] can have entries granted
+    (one created without answers conflict); a server that cannot change
+    them (the test fake) answers not_supported_yet.
+    """
+
+    def __init__(self, sandbox):
+        self._sb = sandbox
+
+    def _path(self):
+        return "/v1/sandboxes/%s/network" % _q(self._sb.id)
+
+    def get(self):
+        """The NetworkInfo in force."""
+        return NetworkInfo.from_json(self._sb._t.json("GET", self._path()))
+
+    def update(self, grant=(), revoke=()):
+        """Revokes, then grants, in one change; returns the NetworkInfo after it."""
+        body = {}
+        if grant:
+            body["grant"] = _entries(grant, "grant")
+        if revoke:
+            body["revoke"] = _entries(revoke, "revoke")
+        if not body:
+            raise ValueError("network update: give entries to grant, to revoke or both")
+        return NetworkInfo.from_json(self._sb._t.json("POST", self._path(), json_body=body))
+
+    def grant(self, *entries):
+        """Allows entries (such as "pypi.org:443"); returns the NetworkInfo after it."""
+        return self.update(grant=entries)
+
+    def revoke(self, *entries):
+        """Takes entries away; returns the NetworkInfo after it."""
+        return self.update(revoke=entries)
+
+
 class Sandbox:
     """A long-lived sandbox on an agentsandbox server.
 
@@ -369,11 +457,18 @@ class Sandbox:
         self._t = transport
         self.commands = Commands(self)
         self.files = Files(self)
+        self.network = Network(self)
 
     @classmethod
     def create(cls, template=None, isolation=None, packages=None, resources=None, network=None, env=None,
-               ttl=None, idle_timeout=None, labels=None, socket=None, base_url=None, token=None):
-        """Creates a sandbox. network is a list of HOST:PORT to allow (or {"allow": [...]})."""
+               ttl=None, idle_timeout=None, labels=None, from_snapshot=None, socket=None, base_url=None,
+               token=None):
+        """Creates a sandbox.
+
+        network is a list of HOST:PORT to allow (or {"allow": [...]});
+        from_snapshot (a SnapshotInfo or its id) forks it: its workspace
+        starts as the snapshot's.
+        """
         spec = {}
         if template is not None:
             spec["template"] = template
@@ -393,6 +488,8 @@ class Sandbox:
             spec["idleTimeout"] = _duration(idle_timeout, "idle_timeout")
         if labels is not None:
             spec["labels"] = dict(labels)
+        if from_snapshot is not None:
+            spec["fromSnapshot"] = _snapshot_id(from_snapshot, "from_snapshot")
         t = Transport(socket=socket, base_url=base_url, token=token)
         info = t.json("POST", "/v1/sandboxes", json_body=spec, ok=(201,))
         sb = cls(info["id"], t)
@@ -435,6 +532,31 @@ class Sandbox:
         if not body:
             raise ValueError("extend: give ttl, idle_timeout or both")
         self._last = SandboxInfo.from_json(self._t.json("POST", "/v1/sandboxes/%s/extend" % _q(self.id), json_body=body))
+        return self._last
+
+    def snapshot(self, label=None):
+        """Stores the workspace's files as a content-addressed snapshot; returns its SnapshotInfo.
+
+        The same files give the same id. Restore it with restore(), or
+        start a new sandbox from it with Sandbox.create(from_snapshot=).
+        """
+        body = {"label": label} if label else {}
+        return SnapshotInfo.from_json(self._t.json("POST", "/v1/sandboxes/%s/snapshots" % _q(self.id),
+                                                   json_body=body, ok=(201,)))
+
+    def snapshots(self):
+        """The snapshots taken of this sandbox (SnapshotInfo), oldest first."""
+        d = self._t.json("GET", "/v1/sandboxes/%s/snapshots" % _q(self.id))
+        return [SnapshotInfo.from_json(x) for x in (d.get("snapshots") or [])]
+
+    def restore(self, snapshot):
+        """Replaces the workspace with a snapshot's (a SnapshotInfo or its id); returns the SandboxInfo.
+
+        Files written since are lost; no command may be running (conflict).
+        """
+        body = {"snapshot": _snapshot_id(snapshot, "snapshot")}
+        self._last = SandboxInfo.from_json(self._t.json("POST", "/v1/sandboxes/%s/restore" % _q(self.id),
+                                                        json_body=body))
         return self._last
 
     def kill(self):
