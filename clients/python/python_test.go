@@ -46,14 +46,16 @@ func runPython(t *testing.T, py string, env []string, args ...string) string {
 var recordLine = regexp.MustCompile(`(?m)^record ([0-9a-z]{32,64})$`)
 
 // TestPythonClientFake runs the client's tests and the example agent loop
-// against fakeserve on a unix socket and on TCP with a token.
+// against fakeserve on a unix socket and on TCP with a token. The tests of
+// network grants and workflow runs check that the fake refuses them with
+// not_supported_yet.
 func TestPythonClientFake(t *testing.T) {
 	py := python3(t)
 	fake := serverproc.Fake(t, testToken)
 	sock, addr := fake.Socket, fake.Addr
 
 	runPython(t, py, []string{"AGENTSANDBOX_TEST_SOCKET=" + sock, "AGENTSANDBOX_TEST_URL=http://" + addr,
-		"AGENTSANDBOX_TEST_TOKEN=" + testToken}, "-m", "unittest", "discover", "-v")
+		"AGENTSANDBOX_TEST_TOKEN=" + testToken, "AGENTSANDBOX_TEST_REAL="}, "-m", "unittest", "discover", "-v")
 	out := runPython(t, py, []string{"AGENTSANDBOX_SOCKET=" + sock}, "examples/agent_loop.py")
 	if !recordLine.MatchString(out) {
 		t.Errorf("the agent loop printed no record id:\n%s", out)
@@ -62,8 +64,9 @@ func TestPythonClientFake(t *testing.T) {
 }
 
 // TestPythonClientServe runs the same tests and the agent loop against
-// the real `agentsandbox serve`, whose sandboxes are namespace jails,
-// then checks the loop's record verifies and that serve stops on
+// the real `agentsandbox serve`, whose sandboxes are namespace jails
+// (AGENTSANDBOX_TEST_REAL=1: network grants and workflow runs are tested
+// for real), then checks the loop's record verifies and that serve stops on
 // SIGTERM with status 0.
 func TestPythonClientServe(t *testing.T) {
 	testtier.Root(t)
@@ -72,7 +75,7 @@ func TestPythonClientServe(t *testing.T) {
 	bin, state, sock, addr := srv.Bin, srv.State, srv.Socket, srv.Addr
 
 	runPython(t, py, []string{"AGENTSANDBOX_TEST_SOCKET=" + sock, "AGENTSANDBOX_TEST_URL=http://" + addr,
-		"AGENTSANDBOX_TEST_TOKEN=" + testToken}, "-m", "unittest", "discover", "-v")
+		"AGENTSANDBOX_TEST_TOKEN=" + testToken, "AGENTSANDBOX_TEST_REAL=1"}, "-m", "unittest", "discover", "-v")
 	out := runPython(t, py, []string{"AGENTSANDBOX_SOCKET=" + sock}, "examples/agent_loop.py")
 	m := recordLine.FindStringSubmatch(out)
 	if m == nil {

@@ -6,6 +6,9 @@ against the real `agentsandbox serve`). They need:
   AGENTSANDBOX_TEST_SOCKET  the server's unix socket
   AGENTSANDBOX_TEST_URL     (optional) its TCP address, http://HOST:PORT,
   AGENTSANDBOX_TEST_TOKEN   with the bearer token
+  AGENTSANDBOX_TEST_REAL    1 when the server is the real `agentsandbox serve`
+                            (network grants and workflow runs work), else the
+                            fake (which answers them not_supported_yet)
 """
 
 import os
@@ -18,11 +21,12 @@ from unittest import mock
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import agentsandbox  # noqa: E402
-from agentsandbox import AgentSandboxError, Sandbox  # noqa: E402
+from agentsandbox import AgentSandboxError, Sandbox, SnapshotInfo, run_workflow  # noqa: E402
 
 SOCKET = os.environ.get("AGENTSANDBOX_TEST_SOCKET", "")
 URL = os.environ.get("AGENTSANDBOX_TEST_URL", "")
 TOKEN = os.environ.get("AGENTSANDBOX_TEST_TOKEN", "")
+REAL = os.environ.get("AGENTSANDBOX_TEST_REAL", "") == "1"
 
 if not SOCKET:
     raise unittest.SkipTest("set AGENTSANDBOX_TEST_SOCKET to a server's socket (go test ./clients/python does)")
@@ -264,6 +268,180 @@ class FilesTest(unittest.TestCase):
         with self.assertRaises(AgentSandboxError) as cm:
             f.write("/etc/x", "no")
         self.assertEqual(cm.exception.code, "bad_request")
+
+
+class SnapshotsTest(unittest.TestCase):
+    def test_snapshot_restore_fork(self):
+        with new_sandbox() as sb:
+            sb.files.write("a.txt", "one\n")
+            sb.files.write("dir/run.sh", "#!/bin/sh\necho ran\n", mode=0o755)
+            snap = sb.snapshot(label="first")
+            self.assertIsInstance(snap, SnapshotInfo)
+            self.assertRegex(snap.id, r"^sha256:[0-9a-f]{64}$")
+            self.assertEqual((snap.sandbox, snap.label), (sb.id, "first"))
+            if REAL:  # the fake does not count the NAR's bytes
+                self.assertGreater(snap.size, 0)
+            self.assertTrue(snap.created)
+            # The same files, the same id.
+            again = sb.snapshot()
+            self.assertEqual((again.id, again.label), (snap.id, ""))
+            self.assertEqual([(x.id, x.label) for x in sb.snapshots()], [(snap.id, "first"), (snap.id, "")])
+
+            sb.files.write("a.txt", "two\n")
+            sb.files.write("b.txt", "new\n")
+            info = sb.restore(snap)
+            self.assertEqual((info.id, info.state), (sb.id, "running"))
+            self.assertEqual(sb.files.read_text("a.txt"), "one\n")
+            self.assertFalse(sb.files.exists("b.txt"))
+            self.assertEqual(sb.commands.run("./dir/run.sh").stdout, "ran\n")
+
+            sb.files.write("a.txt", "three\n")
+            with new_sandbox(from_snapshot=snap.id) as fork:
+                self.assertNotEqual(fork.id, sb.id)
+                self.assertEqual(fork.files.read_text("a.txt"), "one\n")
+                self.assertEqual(fork.snapshots(), [])
+            with new_sandbox(from_snapshot=snap) as fork:
+                self.assertEqual(fork.commands.run("cat a.txt").stdout, "one\n")
+            self.assertEqual(sb.files.read_text("a.txt"), "three\n")
+
+    def test_errors(self):
+        unknown = "sha256:" + "0" * 64
+        with new_sandbox() as sb:
+            with self.assertRaises(AgentSandboxError) as cm:
+                sb.restore(unknown)
+            self.assertEqual((cm.exception.code, cm.exception.status), ("not_found", 404))
+            with self.assertRaises(AgentSandboxError) as cm:
+                sb.restore("not-a-snapshot")
+            self.assertEqual((cm.exception.code, cm.exception.status), ("bad_request", 400))
+            with self.assertRaises(TypeError):
+                sb.restore(None)
+            # No restore while a command runs.
+            snap = sb.snapshot()
+            h = sb.commands.run(["sleep", "30"], background=True)
+            try:
+                with self.assertRaises(AgentSandboxError) as cm:
+                    sb.restore(snap)
+                self.assertEqual((cm.exception.code, cm.exception.status), ("conflict", 409))
+            finally:
+                h.kill()
+                h.wait()
+            sb.restore(snap)
+        with self.assertRaises(AgentSandboxError) as cm:
+            new_sandbox(from_snapshot=unknown)
+        self.assertEqual((cm.exception.code, cm.exception.status), ("not_found", 404))
+
+
+class NetworkTest(unittest.TestCase):
+    def test_entries_are_checked_before_sending(self):
+        sb = Sandbox("sb-000000000000", agentsandbox.Transport(socket=SOCKET))
+        with self.assertRaises(ValueError):
+            sb.network.grant()
+        with self.assertRaises(ValueError):
+            sb.network.update()
+        with self.assertRaises(TypeError):
+            sb.network.grant(["a.example.test:443"])
+
+    @unittest.skipIf(REAL, "the real server changes networks")
+    def test_fake_does_not_support_it(self):
+        with new_sandbox(network=["a.example.test:443"]) as sb:
+            for call in (sb.network.get, lambda: sb.network.grant("b.example.test:443"),
+                         lambda: sb.network.revoke("a.example.test:443")):
+                with self.assertRaises(AgentSandboxError) as cm:
+                    call()
+                self.assertEqual((cm.exception.code, cm.exception.status), ("not_supported_yet", 501))
+
+    @unittest.skipUnless(REAL, "set AGENTSANDBOX_TEST_REAL=1 against the real agentsandbox serve")
+    def test_grant_and_revoke(self):
+        with new_sandbox(network=["a.example.test:443"], resources={"bandwidth": "100Mbit"}) as sb:
+            n = sb.network.get()
+            self.assertEqual(n.allow, ["a.example.test:443"])
+            self.assertIsInstance(n.deny, list)
+            n = sb.network.grant("*.example.test:80", "b.example.test:443", "a.example.test:443")
+            self.assertEqual(sorted(n.allow), ["*.example.test:80", "a.example.test:443", "b.example.test:443"])
+            n = sb.network.revoke("a.example.test:443")
+            self.assertEqual(sorted(n.allow), ["*.example.test:80", "b.example.test:443"])
+            n = sb.network.update(grant=["10.1.2.0/24:5432"], revoke=["*.example.test:80"])
+            self.assertEqual(sorted(n.allow), ["10.1.2.0/24:5432", "b.example.test:443"])
+            self.assertEqual(sorted(sb.network.get().allow), sorted(n.allow))
+            with self.assertRaises(AgentSandboxError) as cm:
+                sb.network.revoke("never.example.test:443")
+            self.assertEqual((cm.exception.code, cm.exception.status), ("bad_request", 400))
+            self.assertIn("b.example.test:443", cm.exception.message)
+            with self.assertRaises(AgentSandboxError) as cm:
+                sb.network.grant("no port here")
+            self.assertEqual((cm.exception.code, cm.exception.status), ("bad_request", 400))
+            self.assertEqual(sorted(sb.network.get().allow), ["10.1.2.0/24:5432", "b.example.test:443"])
+
+    @unittest.skipUnless(REAL, "set AGENTSANDBOX_TEST_REAL=1 against the real agentsandbox serve")
+    def test_no_network_room(self):
+        with new_sandbox() as sb:
+            self.assertEqual(sb.network.get().allow, [])
+            with self.assertRaises(AgentSandboxError) as cm:
+                sb.network.grant("a.example.test:443")
+            self.assertEqual((cm.exception.code, cm.exception.status), ("conflict", 409))
+
+
+WORKFLOW = """apiVersion: agentsandbox.dev/v1
+kind: Workflow
+name: python-client-run
+steps:
+  - name: build
+    isolation: namespace
+    run: |
+      echo building
+      echo built > built.txt
+    outputs: [built.txt]
+  - name: check
+    isolation: namespace
+    needs: [build]
+    run: |
+      echo checking >&2
+      exit 4
+"""
+
+
+class RunWorkflowTest(unittest.TestCase):
+    def test_arguments(self):
+        with self.assertRaises(ValueError):
+            run_workflow(socket=SOCKET)
+        with self.assertRaises(ValueError):
+            run_workflow(workflow="a.yaml", inline=WORKFLOW, socket=SOCKET)
+
+    @unittest.skipIf(REAL, "the real server runs workflows")
+    def test_fake_does_not_support_it(self):
+        with self.assertRaises(AgentSandboxError) as cm:
+            run_workflow(inline=WORKFLOW, isolation="namespace", socket=SOCKET)
+        self.assertEqual((cm.exception.code, cm.exception.status), ("not_supported_yet", 501))
+
+    @unittest.skipUnless(REAL, "set AGENTSANDBOX_TEST_REAL=1 against the real agentsandbox serve")
+    def test_failed_step_is_a_result(self):
+        r = run_workflow(inline=WORKFLOW, isolation="namespace", socket=SOCKET)
+        self.assertEqual((r.workflow, r.status, r.ok), ("python-client-run", "failed", False), r)
+        self.assertRegex(r.record, r"^[0-9a-z]{32,64}$")
+        self.assertTrue(r.started and r.finished)
+        self.assertEqual([(s.name, s.status) for s in r.steps], [("build", "succeeded"), ("check", "failed")])
+        build, check = r.step("build"), r.step("check")
+        self.assertTrue(build.ok)
+        self.assertEqual((build.exit_code, build.isolation), (0, "namespace"))
+        self.assertTrue(build.stdout.endswith("building\n"), build.stdout)
+        self.assertEqual([o.path for o in build.outputs], ["built.txt"])
+        self.assertRegex(build.outputs[0].nar_hash, r"^sha256-[A-Za-z0-9+/]{43}=$")
+        self.assertGreater(build.outputs[0].nar_size, 0)
+        self.assertFalse(check.ok)
+        self.assertEqual((check.exit_code, check.signal), (4, None))
+        self.assertIn("checking", check.stderr)
+        with self.assertRaises(KeyError):
+            r.step("deploy")
+
+    @unittest.skipUnless(REAL, "set AGENTSANDBOX_TEST_REAL=1 against the real agentsandbox serve")
+    def test_refused(self):
+        with self.assertRaises(AgentSandboxError) as cm:
+            run_workflow(workflow="ci.yaml", socket=SOCKET)
+        self.assertEqual((cm.exception.code, cm.exception.status), ("bad_request", 400))
+        self.assertIn("--templates", cm.exception.message)
+        with self.assertRaises(AgentSandboxError) as cm:
+            run_workflow(inline=WORKFLOW, isolation="bogus", socket=SOCKET)
+        self.assertEqual((cm.exception.code, cm.exception.status), ("bad_request", 400))
 
 
 @unittest.skipUnless(URL, "set AGENTSANDBOX_TEST_URL and AGENTSANDBOX_TEST_TOKEN to test TCP")
