@@ -6,7 +6,9 @@
 //   const sb = await Sandbox.create({ labels: { project: "demo" }, ttl: "1h" });
 //   const r = await sb.exec("make test", { onStdout: (s) => process.stdout.write(s) });
 //   await sb.files.write("notes.txt", "hello\n");
+//   const snap = await sb.snapshot("notes written");   // roll back with sb.restore(snap)
 //   const record = await sb.kill();
+//   const run = await runWorkflow({ inline: yaml });   // a whole workflow, run by the server
 //
 // The server is found as the CLI finds it: options.socket, else options.url
 // (with options.token), else $AGENTSANDBOX_SOCKET, else $AGENTSANDBOX_URL
@@ -447,7 +449,90 @@ export class Files {
  * @property {string|number} [ttl] a duration ("2h") or seconds
  * @property {string|number} [idleTimeout]
  * @property {Record<string,string>} [labels]
+ * @property {string|{id: string}} [fromSnapshot] a snapshot (or its id) to fork: the workspace starts as its
  */
+
+/**
+ * @typedef {object} SnapshotInfo
+ * @property {string} id the NAR hash of the workspace, "sha256:<hex>": the same files, the same id
+ * @property {string} sandbox the sandbox it was taken of
+ * @property {string} [label]
+ * @property {string} created
+ * @property {number} size bytes of the NAR
+ */
+
+/**
+ * @typedef {object} NetworkInfo
+ * @property {string[]} allow the sandbox's network.allow now
+ * @property {string[]} deny the policy's egress_deny, which no allow entry opens
+ */
+
+function snapshotId(s, name) {
+  const id = typeof s === "string" ? s : s && typeof s === "object" ? s.id : undefined;
+  if (typeof id !== "string" || id === "") {
+    throw new AgentSandboxError("bad_request", 0, `${name}: want a snapshot or its id ("sha256:..."), not ${JSON.stringify(s)}`);
+  }
+  return id;
+}
+
+function entries(list, name) {
+  if (!Array.isArray(list) || list.some((e) => typeof e !== "string" || e === "")) {
+    throw new AgentSandboxError("bad_request", 0,
+      `${name}: want entries such as "pypi.org:443", "*.example.com:443" or "10.0.0.0/8:5432", not ${JSON.stringify(list)}`);
+  }
+  return list;
+}
+
+/**
+ * A sandbox's egress: the hosts, *.domains and CIDR:ports it may reach.
+ * Only a sandbox created with network entries can be granted more (one
+ * created without answers conflict); a server that cannot change them (the
+ * test fake) answers not_supported_yet.
+ */
+export class Network {
+  /** @param {Sandbox} sandbox */
+  constructor(sandbox) {
+    this.sandbox = sandbox;
+  }
+
+  /** @returns {Promise<NetworkInfo>} the rules in force */
+  get() {
+    return this.sandbox._t.json("GET", this.sandbox._path("/network"));
+  }
+
+  /**
+   * Revokes, then grants, in one change.
+   * @param {{grant?: string[], revoke?: string[]}} u
+   * @returns {Promise<NetworkInfo>} the rules after it
+   */
+  async update(u = {}) {
+    const body = {};
+    if (u.grant?.length) body.grant = entries(u.grant, "grant");
+    if (u.revoke?.length) body.revoke = entries(u.revoke, "revoke");
+    if (!body.grant && !body.revoke) {
+      throw new AgentSandboxError("bad_request", 0, "network update: give entries to grant, to revoke or both");
+    }
+    return this.sandbox._t.json("POST", this.sandbox._path("/network"), { json: body });
+  }
+
+  /**
+   * Allows entries, such as "pypi.org:443".
+   * @param {...string} e
+   * @returns {Promise<NetworkInfo>}
+   */
+  grant(...e) {
+    return this.update({ grant: e });
+  }
+
+  /**
+   * Takes entries away.
+   * @param {...string} e
+   * @returns {Promise<NetworkInfo>}
+   */
+  revoke(...e) {
+    return this.update({ revoke: e });
+  }
+}
 
 /** A sandbox of `agentsandbox serve`. */
 export class Sandbox {
@@ -458,6 +543,7 @@ export class Sandbox {
     /** The Info last seen. */
     this.lastInfo = info;
     this.files = new Files(this);
+    this.network = new Network(this);
   }
 
   /**
@@ -474,6 +560,7 @@ export class Sandbox {
     if (opts.network !== undefined) spec.network = Array.isArray(opts.network) ? { allow: opts.network } : opts.network;
     if (opts.ttl !== undefined) spec.ttl = duration(opts.ttl, "ttl");
     if (opts.idleTimeout !== undefined) spec.idleTimeout = duration(opts.idleTimeout, "idleTimeout");
+    if (opts.fromSnapshot !== undefined) spec.fromSnapshot = snapshotId(opts.fromSnapshot, "fromSnapshot");
     const info = await t.json("POST", "/v1/sandboxes", { json: spec });
     return new Sandbox(info.id, t, info);
   }
@@ -566,6 +653,33 @@ export class Sandbox {
   }
 
   /**
+   * Stores the workspace's files as a content-addressed snapshot, to roll
+   * back to with restore() or to fork with Sandbox.create({fromSnapshot}).
+   * @param {string} [label] a note to recognise it by
+   * @returns {Promise<SnapshotInfo>}
+   */
+  snapshot(label) {
+    return this._t.json("POST", this._path("/snapshots"), { json: label ? { label } : {} });
+  }
+
+  /** @returns {Promise<SnapshotInfo[]>} the snapshots taken of this sandbox, oldest first */
+  async snapshots() {
+    return (await this._t.json("GET", this._path("/snapshots"))).snapshots || [];
+  }
+
+  /**
+   * Replaces the workspace with a snapshot's: files written since are lost.
+   * No command may be running (conflict).
+   * @param {string|SnapshotInfo} snapshot the snapshot or its id
+   * @returns {Promise<object>} its Info
+   */
+  async restore(snapshot) {
+    const body = { snapshot: snapshotId(snapshot, "restore") };
+    this.lastInfo = await this._t.json("POST", this._path("/restore"), { json: body });
+    return this.lastInfo;
+  }
+
+  /**
    * Stops the sandbox and closes its record.
    * @returns {Promise<string>} the execution record's id
    */
@@ -582,4 +696,52 @@ export class Sandbox {
       if (!(err instanceof AgentSandboxError && (err.code === "not_found" || err.code === "conflict"))) throw err;
     }
   }
+}
+
+/**
+ * @typedef {object} RunStep
+ * @property {string} name
+ * @property {string} isolation
+ * @property {string} status succeeded, failed, timeout, oom, error, ...
+ * @property {number} exitCode
+ * @property {string} [signal]
+ * @property {number} durationMs
+ * @property {string} stdout the last 16 KiB
+ * @property {string} stderr the last 16 KiB
+ * @property {{path: string, narHash: string, narSize: number}[]} outputs
+ * @property {string} [detail]
+ */
+
+/**
+ * @typedef {object} RunInfo
+ * @property {string} [record] the run's execution record (absent only when the run stopped before writing one)
+ * @property {string} workflow the workflow's name
+ * @property {string} status as a record's: succeeded, failed, timeout, oom, error
+ * @property {boolean} ok status is succeeded
+ * @property {string} [error]
+ * @property {string} started
+ * @property {string} finished
+ * @property {RunStep[]} steps
+ */
+
+/**
+ * Runs a whole workflow on the server, as `agentsandbox apply` would, and
+ * resolves when it has ended, however long that takes. A failed step is a
+ * result (ok false, the step's status and exit code), not a rejection; a
+ * server that does not run workflows (the test fake) rejects with
+ * not_supported_yet.
+ * @param {{workflow?: string, inline?: string, isolation?: string} & ConnectOptions} opts
+ *   workflow: a file in the server's template directory, such as "ci.yaml";
+ *   or inline: the workflow's YAML itself; isolation overrides every step's
+ * @returns {Promise<RunInfo>}
+ */
+export async function runWorkflow(opts = {}) {
+  if ((opts.workflow === undefined) === (opts.inline === undefined)) {
+    throw new AgentSandboxError("bad_request", 0,
+      "runWorkflow: give workflow (a file in the server's template directory) or inline (the YAML), not both or neither");
+  }
+  const body = opts.workflow !== undefined ? { workflow: opts.workflow } : { inline: opts.inline };
+  if (opts.isolation !== undefined) body.isolation = opts.isolation;
+  const info = await new Transport(opts).json("POST", "/v1/runs", { json: body });
+  return { ...info, steps: info.steps || [], ok: info.status === "succeeded" };
 }
