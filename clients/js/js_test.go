@@ -69,10 +69,17 @@ func runNode(t *testing.T, nodeBin string, env []string, args ...string) string 
 
 var recordLine = regexp.MustCompile(`(?m)^record ([0-9a-z]{32,64})$`)
 
-// testEnv points the node:test suite at both ways to the server.
-func testEnv(sock, addr string) []string {
+// testEnv points the node:test suite at both ways to the server; real
+// says it is the real serve (AGENTSANDBOX_TEST_REAL=1), whose network
+// grants and workflow runs the suite tests, where against the fake it
+// tests that they are refused with not_supported_yet.
+func testEnv(sock, addr string, real bool) []string {
+	r := ""
+	if real {
+		r = "1"
+	}
 	return []string{"AGENTSANDBOX_TEST_SOCKET=" + sock, "AGENTSANDBOX_TEST_URL=http://" + addr,
-		"AGENTSANDBOX_TEST_TOKEN=" + testToken}
+		"AGENTSANDBOX_TEST_TOKEN=" + testToken, "AGENTSANDBOX_TEST_REAL=" + r}
 }
 
 // checkSuite fails unless node's TAP summary says every test passed and
@@ -93,7 +100,7 @@ func TestJSClientFake(t *testing.T) {
 	fake := serverproc.Fake(t, testToken)
 	sock, addr := fake.Socket, fake.Addr
 
-	checkSuite(t, runNode(t, nodeBin, testEnv(sock, addr), "--test", "--test-reporter=tap", "test/"))
+	checkSuite(t, runNode(t, nodeBin, testEnv(sock, addr, false), "--test", "--test-reporter=tap", "test/"))
 	for _, env := range [][]string{
 		{"AGENTSANDBOX_SOCKET=" + sock},
 		{"AGENTSANDBOX_SOCKET=", "AGENTSANDBOX_URL=http://" + addr, "AGENTSANDBOX_TOKEN=" + testToken},
@@ -116,7 +123,7 @@ func TestJSClientServe(t *testing.T) {
 	srv := serverproc.Serve(t, testToken)
 	bin, state, sock, addr := srv.Bin, srv.State, srv.Socket, srv.Addr
 
-	checkSuite(t, runNode(t, nodeBin, testEnv(sock, addr), "--test", "--test-reporter=tap", "test/"))
+	checkSuite(t, runNode(t, nodeBin, testEnv(sock, addr, true), "--test", "--test-reporter=tap", "test/"))
 	out := runNode(t, nodeBin, []string{"AGENTSANDBOX_SOCKET=" + sock}, "examples/agent-loop.mjs")
 	m := recordLine.FindStringSubmatch(out)
 	if m == nil {

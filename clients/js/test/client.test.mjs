@@ -2,14 +2,38 @@
 // $AGENTSANDBOX_TEST_SOCKET and/or the TCP URL in $AGENTSANDBOX_TEST_URL
 // with the token in $AGENTSANDBOX_TEST_TOKEN (clients/js/js_test.go starts
 // fakeserve, or the real serve as root, and sets them). Without either,
-// only the pure tests run.
+// only the pure tests run. AGENTSANDBOX_TEST_REAL=1 says the server is the
+// real `agentsandbox serve`: network grants and workflow runs are tested
+// for real; else they are tested to be refused with not_supported_yet, as
+// the fake refuses them.
 //
 //   AGENTSANDBOX_TEST_SOCKET=/tmp/as.sock node --test test/
 
 import assert from "node:assert/strict";
 import { describe, it, before, after } from "node:test";
 
-import { AgentSandboxError, Sandbox } from "../src/index.js";
+import { AgentSandboxError, Sandbox, runWorkflow } from "../src/index.js";
+
+const REAL = process.env.AGENTSANDBOX_TEST_REAL === "1";
+
+// A workflow whose second step fails.
+const WORKFLOW = `apiVersion: agentsandbox.dev/v1
+kind: Workflow
+name: js-client-run
+steps:
+  - name: build
+    isolation: namespace
+    run: |
+      echo building
+      echo built > built.txt
+    outputs: [built.txt]
+  - name: check
+    isolation: namespace
+    needs: [build]
+    run: |
+      echo checking >&2
+      exit 4
+`;
 
 const conns = [];
 if (process.env.AGENTSANDBOX_TEST_SOCKET) conns.push(["unix", { socket: process.env.AGENTSANDBOX_TEST_SOCKET }]);
@@ -173,6 +197,130 @@ for (const [name, conn] of conns) {
       await rejectsWith(sb.files.read("../etc/passwd"), "bad_request", 400);
     });
 
+    it("snapshots, restores and forks", async () => {
+      const s = await Sandbox.create({ ...conn, labels: { test: `js-snap-${process.pid}` } });
+      try {
+        await s.files.write("a.txt", "one\n");
+        await s.files.write("bin/run.sh", "#!/bin/sh\necho ran\n", { mode: 0o755 });
+        const snap = await s.snapshot("first");
+        assert.match(snap.id, /^sha256:[0-9a-f]{64}$/);
+        assert.equal(snap.sandbox, s.id);
+        assert.equal(snap.label, "first");
+        if (REAL) assert.ok(snap.size > 0, `size ${snap.size}`); // the fake does not count the NAR's bytes
+        const again = await s.snapshot();
+        assert.equal(again.id, snap.id, "the same files, the same id");
+        assert.deepEqual((await s.snapshots()).map((x) => [x.id, x.label ?? ""]), [[snap.id, "first"], [snap.id, ""]]);
+
+        await s.files.write("a.txt", "two\n");
+        await s.files.write("b.txt", "new\n");
+        const info = await s.restore(snap);
+        assert.equal(info.id, s.id);
+        assert.equal(info.state, "running");
+        assert.equal(s.lastInfo, info);
+        assert.equal(await s.files.readText("a.txt"), "one\n");
+        assert.equal(await s.files.exists("b.txt"), false);
+        assert.equal((await s.exec("./bin/run.sh")).stdout, "ran\n");
+
+        await s.files.write("a.txt", "three\n");
+        for (const from of [snap, snap.id]) {
+          const fork = await Sandbox.create({ ...conn, fromSnapshot: from, labels: { test: `js-fork-${process.pid}` } });
+          try {
+            assert.notEqual(fork.id, s.id);
+            assert.equal(await fork.files.readText("a.txt"), "one\n");
+            assert.deepEqual(await fork.snapshots(), []);
+          } finally {
+            await fork.kill();
+          }
+        }
+        assert.equal(await s.files.readText("a.txt"), "three\n");
+      } finally {
+        await s.kill();
+      }
+    });
+
+    it("refuses unknown snapshots, and restoring while a command runs", async () => {
+      const unknown = `sha256:${"0".repeat(64)}`;
+      await rejectsWith(sb.restore(unknown), "not_found", 404);
+      await rejectsWith(sb.restore("not-a-snapshot"), "bad_request", 400);
+      await rejectsWith(sb.restore(undefined), "bad_request", 0);
+      await rejectsWith(Sandbox.create({ ...conn, fromSnapshot: unknown }), "not_found", 404);
+      const snap = await sb.snapshot();
+      const ex = await sb.exec(["sleep", "30"], { background: true });
+      try {
+        await rejectsWith(sb.restore(snap), "conflict", 409);
+      } finally {
+        await ex.kill();
+        await ex.wait();
+      }
+      await sb.restore(snap.id);
+    });
+
+    if (!REAL) {
+      it("rejects network changes and workflow runs with not_supported_yet (the fake offers neither)", async () => {
+        const s = await Sandbox.create({ ...conn, network: ["a.example.test:443"], labels: { test: `js-net-${process.pid}` } });
+        try {
+          await rejectsWith(s.network.get(), "not_supported_yet", 501);
+          await rejectsWith(s.network.grant("b.example.test:443"), "not_supported_yet", 501);
+          await rejectsWith(s.network.revoke("a.example.test:443"), "not_supported_yet", 501);
+        } finally {
+          await s.kill();
+        }
+        await rejectsWith(runWorkflow({ ...conn, inline: WORKFLOW, isolation: "namespace" }), "not_supported_yet", 501);
+      });
+    }
+
+    if (REAL) {
+      it("grants and revokes network entries", async () => {
+        const s = await Sandbox.create({
+          ...conn, network: ["a.example.test:443"], resources: { bandwidth: "100Mbit" },
+          labels: { test: `js-net-${process.pid}` },
+        });
+        try {
+          const n = await s.network.get();
+          assert.deepEqual(n.allow, ["a.example.test:443"]);
+          assert.ok(Array.isArray(n.deny));
+          let after = await s.network.grant("*.example.test:80", "b.example.test:443", "a.example.test:443");
+          assert.deepEqual([...after.allow].sort(), ["*.example.test:80", "a.example.test:443", "b.example.test:443"]);
+          after = await s.network.revoke("a.example.test:443");
+          assert.deepEqual([...after.allow].sort(), ["*.example.test:80", "b.example.test:443"]);
+          after = await s.network.update({ grant: ["10.1.2.0/24:5432"], revoke: ["*.example.test:80"] });
+          assert.deepEqual([...after.allow].sort(), ["10.1.2.0/24:5432", "b.example.test:443"]);
+          assert.deepEqual([...(await s.network.get()).allow].sort(), ["10.1.2.0/24:5432", "b.example.test:443"]);
+          await rejectsWith(s.network.revoke("never.example.test:443"), "bad_request", 400);
+          await rejectsWith(s.network.grant("no port here"), "bad_request", 400);
+          assert.deepEqual([...(await s.network.get()).allow].sort(), ["10.1.2.0/24:5432", "b.example.test:443"]);
+        } finally {
+          await s.kill();
+        }
+      });
+
+      it("has no network to grant to a sandbox created without entries: conflict", async () => {
+        assert.deepEqual((await sb.network.get()).allow, []);
+        await rejectsWith(sb.network.grant("a.example.test:443"), "conflict", 409);
+      });
+
+      it("runs a workflow: a failed step is a result, not a rejection", async () => {
+        const r = await runWorkflow({ ...conn, inline: WORKFLOW, isolation: "namespace" });
+        assert.equal(r.workflow, "js-client-run");
+        assert.equal(r.status, "failed");
+        assert.equal(r.ok, false);
+        assert.match(r.record, /^[0-9a-z]{32,64}$/);
+        assert.deepEqual(r.steps.map((st) => [st.name, st.status]), [["build", "succeeded"], ["check", "failed"]]);
+        const [build, check] = r.steps;
+        assert.equal(build.exitCode, 0);
+        assert.equal(build.isolation, "namespace");
+        assert.match(build.stdout, /building\n$/);
+        assert.deepEqual(build.outputs.map((o) => o.path), ["built.txt"]);
+        assert.match(build.outputs[0].narHash, /^sha256-[A-Za-z0-9+/]{43}=$/);
+        assert.ok(build.outputs[0].narSize > 0);
+        assert.equal(check.exitCode, 4);
+        assert.equal(check.signal, undefined);
+        assert.match(check.stderr, /checking/);
+        await rejectsWith(runWorkflow({ ...conn, workflow: "ci.yaml" }), "bad_request", 400);
+        await rejectsWith(runWorkflow({ ...conn, inline: WORKFLOW, isolation: "bogus" }), "bad_request", 400);
+      });
+    }
+
     it("kills: the record id, then conflict or not_found", async () => {
       const other = await Sandbox.create({ ...conn, labels: { test: `js-kill-${process.pid}` } });
       const record = await other.kill();
@@ -206,4 +354,13 @@ it("says a server it cannot reach is unavailable, and what to do", async () => {
     assert.match(err.message, /AGENTSANDBOX_SOCKET/);
     return true;
   });
+});
+
+it("checks network entries and run arguments before sending", async () => {
+  const sb = new Sandbox("sb-000000000000", null);
+  await rejectsWith(sb.network.grant(), "bad_request", 0);
+  await rejectsWith(sb.network.update({}), "bad_request", 0);
+  await rejectsWith(sb.network.grant(["a.example.test:443"]), "bad_request", 0);
+  await rejectsWith(runWorkflow({ socket: "/nonexistent.sock" }), "bad_request", 0);
+  await rejectsWith(runWorkflow({ socket: "/nonexistent.sock", workflow: "a.yaml", inline: WORKFLOW }), "bad_request", 0);
 });

@@ -8,7 +8,9 @@ import { describe, it, before, after } from "node:test";
 import { StructuredTool } from "@langchain/core/tools";
 
 import { Sandbox } from "../src/index.js";
-import { sandboxTools } from "../src/langchain.js";
+import { runWorkflowTool, sandboxTools } from "../src/langchain.js";
+
+const REAL = process.env.AGENTSANDBOX_TEST_REAL === "1";
 
 const conn = process.env.AGENTSANDBOX_TEST_SOCKET
   ? { socket: process.env.AGENTSANDBOX_TEST_SOCKET }
@@ -27,9 +29,9 @@ describe("LangChain tools", { skip: conn ? false : "no server: set AGENTSANDBOX_
     await sb?.kill().catch(() => {});
   });
 
-  it("are LangChain tools with the four names", () => {
-    assert.deepEqual(Object.keys(tools).sort(), ["exec", "list_files", "read_file", "write_file"]);
-    for (const t of Object.values(tools)) {
+  it("are LangChain tools with their names", () => {
+    assert.deepEqual(Object.keys(tools).sort(), ["exec", "list_files", "read_file", "restore", "snapshot", "write_file"]);
+    for (const t of [...Object.values(tools), runWorkflowTool(conn)]) {
       assert.ok(t instanceof StructuredTool, `${t.name} is not a StructuredTool`);
       assert.ok(t.description.length > 20);
     }
@@ -63,6 +65,36 @@ describe("LangChain tools", { skip: conn ? false : "no server: set AGENTSANDBOX_
     assert.match(await tools.write_file.invoke({ path: "../escape", content: "x" }), /^error \(bad_request\): /);
     await sb.files.write("blob", Buffer.from([0xff, 0xfe, 0x00]));
     assert.match(await tools.read_file.invoke({ path: "blob" }), /not UTF-8 text \(3 bytes\)/);
+  });
+
+  it("snapshot and restore roll the workspace back", async () => {
+    await sb.files.write("state.txt", "good\n");
+    const said = await tools.snapshot.invoke({ label: "good state" });
+    const m = said.match(/^snapshot (sha256:[0-9a-f]{64}) of the workspace \((\d+) bytes, "good state"\); give this id to restore/);
+    assert.ok(m, said);
+    await sb.files.write("state.txt", "broken\n");
+    assert.equal(await tools.restore.invoke({ snapshot: m[1] }), `restored the workspace to snapshot ${m[1]}`);
+    assert.equal(await sb.files.readText("state.txt"), "good\n");
+    assert.match(await tools.snapshot.invoke({}), /^snapshot sha256:[0-9a-f]{64} of the workspace \(\d+ bytes\); /);
+    assert.match(await tools.restore.invoke({ snapshot: `sha256:${"0".repeat(64)}` }), /^error \(not_found\): /);
+    await assert.rejects(tools.restore.invoke({}), /schema|snapshot|Invalid|Received/i);
+  });
+
+  it("run_workflow runs a whole workflow, or says why not", async () => {
+    const runTool = runWorkflowTool({ ...conn, maxOutputChars: 200 });
+    assert.equal(runTool.name, "run_workflow");
+    const wf = "apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: js-langchain-run\nsteps:\n" +
+      "  - name: one\n    isolation: namespace\n    run: echo one > one.txt; echo said one\n    outputs: [one.txt]\n" +
+      "  - name: two\n    isolation: namespace\n    needs: [one]\n    run: echo bad >&2; exit 3\n";
+    const text = await runTool.invoke({ inline: wf, isolation: "namespace" });
+    if (!REAL) {
+      assert.match(text, /^error \(not_supported_yet\): /);
+      return;
+    }
+    assert.match(text, /^workflow js-langchain-run failed; record [0-9a-z]{32,64}\n/);
+    assert.match(text, /\nstep one: succeeded, exit code 0, \d+ ms\n {2}outputs: one\.txt \(sha256-\S+\)\n {2}stdout:\n {4}said one\n/);
+    assert.match(text, /\nstep two: failed, exit code 3, \d+ ms[^\n]*\n {2}stderr:\n {4}bad$/);
+    assert.match(await runTool.invoke({ workflow: "ci.yaml" }), /^error \(bad_request\): /);
   });
 
   it("refuse arguments that do not match the schema", async () => {

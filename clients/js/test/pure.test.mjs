@@ -7,7 +7,7 @@ import path from "node:path";
 import { it, beforeEach, afterEach } from "node:test";
 
 import { defaultSocket, resolveConnection } from "../src/index.js";
-import { formatExecResult, truncate } from "../src/langchain.js";
+import { formatExecResult, formatRunInfo, truncate } from "../src/langchain.js";
 
 const keys = ["AGENTSANDBOX_SOCKET", "AGENTSANDBOX_URL", "AGENTSANDBOX_TOKEN", "XDG_STATE_HOME"];
 let saved;
@@ -59,4 +59,30 @@ it("cuts long text in the middle and says how much", () => {
 it("formats an exec result for a model", () => {
   const text = formatExecResult({ exitCode: 137, signal: "SIGKILL", timedOut: true, stdout: "", stderr: "boom\n" }, 100);
   assert.equal(text, "exit code 137 (killed by SIGKILL) (timed out)\nstdout: (empty)\nstderr:\nboom\n");
+});
+
+it("formats a run for a model", () => {
+  const text = formatRunInfo({
+    workflow: "ci", status: "failed", record: "r1", error: "step test failed",
+    steps: [
+      { name: "build", status: "succeeded", exitCode: 0, durationMs: 12, stdout: "built\nok\n", stderr: "",
+        outputs: [{ path: "out", narHash: "sha256-AAAA=", narSize: 96 }] },
+      { name: "test", status: "failed", exitCode: 137, signal: "SIGKILL", durationMs: 5, detail: "oom", stdout: "", stderr: "x".repeat(50), outputs: [] },
+    ],
+  }, 20);
+  assert.equal(text, [
+    "workflow ci failed; record r1",
+    "error: step test failed",
+    "step build: succeeded, exit code 0, 12 ms",
+    "  outputs: out (sha256-AAAA=)",
+    "  stdout:",
+    "    built",
+    "    ok",
+    "step test: failed, exit code 137 (killed by SIGKILL), 5 ms (oom)",
+    "  stderr:",
+    `    ${"x".repeat(8)}`,
+    "    [... 30 characters cut ...]",
+    `    ${"x".repeat(12)}`,
+  ].join("\n"));
+  assert.equal(formatRunInfo({ workflow: "w", status: "error", steps: [] }, 10), "workflow w error; record (none)");
 });
