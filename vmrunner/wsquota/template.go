@@ -62,13 +62,13 @@ var errTorn = errors.New("template image does not match its trailer")
 // key names the template of s made by the mkfs.ext4 at mkfs: the
 // filesystem's size, inode budget and owner, and the identity of the mkfs
 // binary (its device, inode, size and modification time, so that an
-// upgraded e2fsprogs makes new templates).
+// upgraded e2fsprogs makes new templates) and of MkfsArgs' form.
 func key(mkfs string, s Spec) (string, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(mkfs, &st); err != nil {
 		return "", fmt.Errorf("stat %s: %w", mkfs, err)
 	}
-	id := sha256.Sum256([]byte(fmt.Sprintf("%d %d %d %d.%09d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec)))
+	id := sha256.Sum256([]byte(fmt.Sprintf("%d %d %d %d.%09d format %s", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, mkfsFormat)))
 	return fmt.Sprintf("%d-%d-%d-%d-mkfs%s", s.Bytes, s.inodes(), s.UID, s.GID, hex.EncodeToString(id[:6])), nil
 }
 

@@ -128,7 +128,11 @@ func (s Spec) check() error {
 // quiet, no journal (a scratch filesystem that dies with the run), no
 // reserved blocks and no room for online growth (the job gets all of
 // Bytes), the inode budget, inode tables left to read as the sparse
-// file's zeros, no discard of the fresh file, and the job's root.
+// file's zeros, no discard of the fresh file, and the job's root. The
+// filesystem's UUID and directory hash seed are fixed (FSUUID, HashSeed)
+// instead of random, so that the order in which a job lists a large
+// directory is the same in every run and on every host (a rerun compares
+// outputs bit for bit).
 func MkfsArgs(mkfs string, s Spec) []string {
 	return []string{
 		mkfs, "-q", "-F",
@@ -136,10 +140,23 @@ func MkfsArgs(mkfs string, s Spec) []string {
 		"-m", "0",
 		"-N", strconv.FormatInt(s.inodes(), 10),
 		"-I", strconv.Itoa(InodeSize),
-		"-E", fmt.Sprintf("lazy_itable_init=1,nodiscard,root_owner=%d:%d", s.UID, s.GID),
+		"-U", FSUUID,
+		"-E", fmt.Sprintf("lazy_itable_init=1,nodiscard,root_owner=%d:%d,hash_seed=%s", s.UID, s.GID, HashSeed),
 		s.Image,
 	}
 }
+
+// FSUUID and HashSeed are every workspace filesystem's UUID and directory
+// hash seed (MkfsArgs).
+const (
+	FSUUID   = "a5b0c0de-0000-4000-8000-000000000001"
+	HashSeed = "a5b0c0de-0000-4000-8000-000000000002"
+)
+
+// mkfsFormat names the form of MkfsArgs' command line; it is part of a
+// template's key, so that templates made by an older form are neither
+// used nor kept (GCTemplates).
+const mkfsFormat = "2"
 
 // FindMkfs returns the path of mkfs.ext4, looking in PATH and then in
 // /usr/sbin and /sbin (not always in a non-login PATH).

@@ -36,7 +36,8 @@ func TestDefaultInodes(t *testing.T) {
 func TestMkfsArgs(t *testing.T) {
 	s := Spec{Image: "/r/steps/a/workspace.img", Bytes: 1 << 30, UID: 65534, GID: 65534}
 	want := []string{"/sbin/mkfs.ext4", "-q", "-F", "-O", "^has_journal,^resize_inode", "-m", "0",
-		"-N", "65536", "-I", "256", "-E", "lazy_itable_init=1,nodiscard,root_owner=65534:65534",
+		"-N", "65536", "-I", "256", "-U", FSUUID,
+		"-E", "lazy_itable_init=1,nodiscard,root_owner=65534:65534,hash_seed=" + HashSeed,
 		"/r/steps/a/workspace.img"}
 	if got := MkfsArgs("/sbin/mkfs.ext4", s); !reflect.DeepEqual(got, want) {
 		t.Errorf("MkfsArgs =\n%q\nwant\n%q", got, want)
