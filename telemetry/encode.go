@@ -90,9 +90,24 @@ func (b pb) str(field int, v string) pb {
 	return append(b, v...)
 }
 
-// msg appends the message fill writes as field.
+// msg appends the message fill appends as field: in place, its length
+// written before it afterwards (one byte reserved, the rest shifted in
+// when it is 128 bytes or longer).
 func (b pb) msg(field int, fill func(pb) pb) pb {
-	return b.bytes(field, fill(nil))
+	b = append(b.tag(field, 2), 0)
+	at := len(b) - 1
+	b = fill(b)
+	n := len(b) - at - 1
+	if n < 0x80 {
+		b[at] = byte(n)
+		return b
+	}
+	var l [binary.MaxVarintLen64]byte
+	k := binary.PutUvarint(l[:], uint64(n))
+	b = append(b, l[:k-1]...)
+	copy(b[at+k:], b[at+1:at+1+n])
+	copy(b[at:], l[:k])
+	return b
 }
 
 // anyValue is an AnyValue: string 1, bool 2, int 3, double 4, array 5.
