@@ -96,7 +96,7 @@ func FromEnv(getenv func(string) string) (cfg Config, on bool, err error) {
 	}
 	u, perr := url.Parse(cfg.Endpoint)
 	if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return Config{}, false, fmt.Errorf("%s=%q: want an http:// or https:// URL", endpointVar, cfg.Endpoint)
+		return Config{}, false, fmt.Errorf("%s: %q is not an http:// or https:// URL", endpointVar, redact(cfg.Endpoint))
 	}
 
 	proto, protoVar := traces("OTEL_EXPORTER_OTLP_PROTOCOL")
@@ -187,4 +187,12 @@ func parseList(name, s string) ([]Attr, error) {
 		out = append(out, Attr{k, dv})
 	}
 	return out, nil
+}
+
+// redact masks the password of a URL that parses, for messages.
+func redact(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	return s
 }

@@ -46,7 +46,7 @@ func TestFromEnv(t *testing.T) {
 		{name: "grpc refused", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
 			wantErr: "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: only OTLP over HTTP is supported"},
 		{name: "other exporter refused", env: map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, wantErr: `OTEL_TRACES_EXPORTER="zipkin": only otlp`},
-		{name: "bad endpoint", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "c:4318"}, wantErr: "want an http:// or https:// URL"},
+		{name: "bad endpoint", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "c:4318"}, wantErr: `"c:4318" is not an http:// or https:// URL`},
 		{name: "bad header", env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_HEADERS": "novalue"}, wantErr: `OTEL_EXPORTER_OTLP_HEADERS: "novalue" is not key=value`},
 		{name: "bad timeout", env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "5s"}, wantErr: "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT=\"5s\": want a number of milliseconds"},
 		{name: "custom CA refused", env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_CERTIFICATE": "/ca.pem"}, wantErr: "a custom CA is not supported"},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -80,7 +81,7 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 		return first
 	}
 	if err != nil {
-		return fmt.Errorf("export spans to %s: not done in time, the rest dropped: %w", p.exp.cfg.Endpoint, err)
+		return fmt.Errorf("export spans to %s: not done in time, the rest dropped: %w", p.exp.where, err)
 	}
 	return nil
 }
@@ -88,6 +89,7 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 // exporter posts spans to the OTLP/HTTP endpoint.
 type exporter struct {
 	cfg      Config
+	where    string // the endpoint for messages, its password masked
 	resource []attribute.KeyValue
 	client   *http.Client
 	ctx      context.Context // cancelled by abort: in-flight requests end
@@ -99,7 +101,11 @@ type exporter struct {
 
 func newExporter(cfg Config, resource []attribute.KeyValue) *exporter {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &exporter{cfg: cfg, resource: resource, ctx: ctx, cancel: cancel,
+	where := cfg.Endpoint
+	if u, err := url.Parse(cfg.Endpoint); err == nil {
+		where = u.Redacted()
+	}
+	return &exporter{cfg: cfg, where: where, resource: resource, ctx: ctx, cancel: cancel,
 		client: &http.Client{Timeout: cfg.Timeout, Transport: http.DefaultTransport.(*http.Transport).Clone()}}
 }
 
@@ -122,7 +128,7 @@ func (e *exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpa
 	defer stop()
 	defer context.AfterFunc(e.ctx, stop)()
 	if err := e.post(ctx, body, contentType); err != nil {
-		err = fmt.Errorf("export %d spans to %s: %w", len(spans), e.cfg.Endpoint, err)
+		err = fmt.Errorf("export %d spans to %s: %w", len(spans), e.where, err)
 		if e.ctx.Err() == nil { // not cut short by Shutdown
 			e.fail(err)
 		}

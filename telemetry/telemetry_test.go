@@ -130,6 +130,24 @@ func TestUnreachable(t *testing.T) {
 	}
 }
 
+// TestErrorMasksPassword: a password in the endpoint never reaches a
+// message.
+func TestErrorMasksPassword(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	p := Start(Config{Endpoint: "http://user:hunter2@" + addr + "/v1/traces", Protocol: ProtocolProtobuf, Timeout: 5 * time.Second})
+	_, s := otel.Tracer("t").Start(context.Background(), "s")
+	s.End()
+	err = p.Shutdown(context.Background())
+	if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), addr) {
+		t.Errorf("shutdown: %v, want the endpoint named without its password", err)
+	}
+}
+
 // TestCollectorRefuses: a collector's error status and message are in
 // the error.
 func TestCollectorRefuses(t *testing.T) {
