@@ -54,6 +54,11 @@ func sendMessage(w io.Writer, m message) {
 // of the init that runs the job starts from that thread's state.
 func stage1() int {
 	runtime.LockOSThread() // never unlocked: this thread may exec stage 2
+	// The usual 022, not the umask of whoever ran apply or serve (a VM's
+	// agent has the kernel's 022 too): the mount points the init makes are
+	// reachable by the job's user, and what a job creates does not depend
+	// on the caller. The umask is per process: stage 2 and the job inherit it.
+	unix.Umask(0o022)
 	statusFD, err := fdFromEnv(envStatusFD)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -202,8 +207,8 @@ func setRlimits(r Rlimits) error {
 }
 
 // lastSteps runs just before the init hands over (to stage 2, the agent or
-// the program): every descriptor but passFD (-1: none) close-on-exec, then
-// the seccomp filter, on every thread. p is nil only when the jail was
+// the program): every descriptor but passFD (-1: none) close-on-exec,
+// then the seccomp filter, on every thread. p is nil only when the jail was
 // started with NoSeccomp.
 func lastSteps(p seccomp.Program, passFD int) error {
 	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {

@@ -538,3 +538,24 @@ func TestCloseInherited(t *testing.T) {
 		}
 	}
 }
+
+// TestJailUmask: the program's umask is 022 whatever the caller's is, so
+// what a job creates does not depend on who ran it.
+func TestJailUmask(t *testing.T) {
+	cfg, console := execFixture(t, `echo "umask=$(umask)"`)
+	old := syscall.Umask(0o077) // the caller's, when the jail starts
+	p, err := Start(cfg)
+	syscall.Umask(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if out := console.String(); !strings.Contains(out, "umask=0022") {
+		t.Errorf("console %q, want umask=0022 under a caller's 0077", out)
+	}
+}
