@@ -59,10 +59,11 @@ func endSpan(span trace.Span, err error) {
 	span.End()
 }
 
-// traceID is the trace of ctx's span as 32 hex digits, "" without one.
+// traceID is the trace of ctx's span as 32 hex digits, "" without one
+// or when it is not sampled (nothing of it is exported).
 func traceID(ctx context.Context) string {
 	sc := trace.SpanContextFromContext(ctx)
-	if !sc.IsValid() {
+	if !sc.IsValid() || !sc.IsSampled() {
 		return ""
 	}
 	return sc.TraceID().String()

@@ -184,3 +184,30 @@ func TestAddTraceEnv(t *testing.T) {
 		t.Errorf("env %q without a span", none.Env)
 	}
 }
+
+// TestRunUnsampled: a trace the sampler drops is not named in the record,
+// and the job's TRACEPARENT says it is not sampled (flags 00).
+func TestRunUnsampled(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+	f := newFixture(t, tracedYAML)
+	ctx, root := otel.Tracer("test").Start(context.Background(), "apply")
+	res, err := Run(ctx, f.w, f.options(t, fakebackend.New(), nil))
+	root.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Record.TraceID != "" {
+		t.Errorf("record traceId %q of an unsampled trace", res.Record.TraceID)
+	}
+	out := filepath.Join(f.dir, "export")
+	if _, err := f.store.Export(res.ID, out); err != nil {
+		t.Fatal(err)
+	}
+	tpv, _ := os.ReadFile(filepath.Join(out, "echo", "tp.txt"))
+	if !strings.HasPrefix(string(tpv), "00-"+root.SpanContext().TraceID().String()+"-") || !strings.HasSuffix(string(tpv), "-00") {
+		t.Errorf("the job's TRACEPARENT %q, want the trace with flags 00", tpv)
+	}
+}

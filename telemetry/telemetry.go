@@ -51,6 +51,11 @@ func Start(cfg Config, extra ...Attr) *Provider {
 	}
 	res := sdkresource.NewSchemaless(kvs...) // sorted by key
 	exp := newExporter(cfg, res.Attributes())
+	// The SDK reports each failed export (and a sampler setting it cannot
+	// read) to the global error handler, whose default logs a line for
+	// every one. The exporter keeps its first failure itself, and Shutdown
+	// returns it once.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(error) {}))
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithResource(res),
 		sdktrace.WithBatcher(exp, sdktrace.WithExportTimeout(cfg.Timeout)),
@@ -58,10 +63,6 @@ func Start(cfg Config, extra ...Attr) *Provider {
 	p := &Provider{tp: tp, exp: exp, previous: otel.GetTracerProvider(), prevProp: otel.GetTextMapPropagator()}
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.TraceContext{})
-	// The SDK reports each failed export to the global error handler,
-	// whose default logs a line for every one. The exporter keeps its
-	// first failure itself, and Shutdown returns it once.
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(error) {}))
 	return p
 }
 
