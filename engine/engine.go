@@ -37,8 +37,10 @@ import (
 	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -94,6 +96,9 @@ type Realised struct {
 	Runner  string             // vm: the microvm.nix runner's store path
 	EnvPath string             // namespace: the step's buildEnv store path
 	Closure []record.StorePath // every store path the step runs on
+	// Lock is the flake.lock the closure was built with; every step of
+	// one realisation has the same.
+	Lock []byte
 	// Environment is the hash of the step's environment (nixgen), which
 	// steps of the same environment share. With a flake of the user's own,
 	// it names the attribute built from that flake.
@@ -249,6 +254,24 @@ func (r *run) pinWorkflow(rec *record.Record) error {
 	return nil
 }
 
+// pinLock stores the flake.lock the closures were built with and names it
+// in the record.
+func (r *run) pinLock(rec *record.Record) error {
+	for _, name := range slices.Sorted(maps.Keys(r.realised)) {
+		lock := r.realised[name].Lock
+		if len(lock) == 0 {
+			continue
+		}
+		d, _, err := r.o.Store.PutBlob(bytesReader(lock))
+		if err != nil {
+			return fmt.Errorf("store the flake lock: %w", err)
+		}
+		rec.Workflow.Lock = &d
+		return nil
+	}
+	return nil
+}
+
 // prepare realises closures and fetches inputs.
 func (r *run) prepare(ctx context.Context, rec *record.Record) error {
 	var needNix []workflow.Step
@@ -270,6 +293,9 @@ func (r *run) prepare(ctx context.Context, rec *record.Record) error {
 			return err
 		}
 		r.realised = got
+		if err := r.pinLock(rec); err != nil {
+			return err
+		}
 	}
 	if len(r.w.Inputs) > 0 {
 		r.emit(Event{Time: time.Now(), Kind: EventPhase, Line: fmt.Sprintf("fetch %d inputs", len(r.w.Inputs))})

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -85,6 +87,12 @@ func (n *NixRealiser) Realise(ctx context.Context, steps []workflow.Step) (map[s
 	if err != nil {
 		return nil, &BuildError{Err: err}
 	}
+	// The lock the build used: Nix wrote it, or it was pinned from the
+	// workflow's lock file; a flake without inputs may have none.
+	lock, err := os.ReadFile(filepath.Join(dir, "flake.lock"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, &BuildError{Err: fmt.Errorf("read the flake lock: %w", err)}
+	}
 	got := map[string]Realised{}
 	for _, o := range outs {
 		names, ok := users[o.Attr]
@@ -95,7 +103,7 @@ func (n *NixRealiser) Realise(ctx context.Context, steps []workflow.Step) (map[s
 		if err != nil {
 			return nil, &BuildError{Err: fmt.Errorf("%s: list closure of %s: %w", stepList(names), o.Out, err)}
 		}
-		r := Realised{}
+		r := Realised{Lock: lock}
 		if kind[o.Attr] {
 			r.Runner = o.Out
 		} else {

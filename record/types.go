@@ -124,6 +124,10 @@ type Workflow struct {
 	Name          string `json:"name"`
 	FileDigest    Digest `json:"fileDigest"`
 	CanonicalHash Digest `json:"canonicalHash"`
+	// Lock is the blob of the flake.lock the steps' closures were built
+	// with (every flake input pinned), when Nix realised any; a rerun
+	// builds with the same pins.
+	Lock *Digest `json:"lock,omitempty"`
 }
 
 // Policy mirrors the admission decision record of package policy.

@@ -54,6 +54,9 @@ func (s *Store) Verify(id ID) ([]Problem, error) {
 		}
 	}
 	check("workflow file", r.Workflow.FileDigest, r.Workflow.FileDigest.String())
+	if r.Workflow.Lock != nil {
+		check("flake lock", *r.Workflow.Lock, r.Workflow.Lock.String())
+	}
 	for _, in := range r.Inputs {
 		check("input "+in.Name, in.Digest, in.Digest.String())
 	}

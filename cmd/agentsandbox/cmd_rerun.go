@@ -26,8 +26,8 @@ type rerunOptions struct {
 	// .agentsandbox/policy folder is loaded, and file inputs whose blobs
 	// are gone are fetched from it again.
 	Dir string
-	// Lock is the workflow's flake lock (WORKFLOW.lock), which records do
-	// not keep.
+	// Lock is a flake lock (WORKFLOW.lock) to build with instead of the
+	// one the record kept.
 	Lock string
 	// RequireSamePolicy refuses to run when the policy bundle is not the
 	// one the record was admitted under.
@@ -71,7 +71,7 @@ output and the files. Otherwise the exit status is apply's.` + exitStatusHelp,
 	f := cmd.Flags()
 	opts.Apply.AddFlags(f)
 	f.StringVar(&opts.Dir, "dir", "", "the directory the workflow was applied from: its .agentsandbox/policy is loaded, and file inputs whose blobs are gone are fetched from it")
-	f.StringVar(&opts.Lock, "lock", "", "the workflow's flake lock (WORKFLOW.lock) to pin Nix's inputs as the recorded run did; records do not keep it")
+	f.StringVar(&opts.Lock, "lock", "", "a flake lock (WORKFLOW.lock) to pin Nix's inputs instead of the one the record kept (older records keep none)")
 	f.BoolVar(&opts.RequireSamePolicy, "require-same-policy", false, "refuse to run when the policy bundle differs from the one the record was admitted under")
 	return cmd
 }
@@ -117,11 +117,20 @@ func runRerun(ctx context.Context, stdio Stdio, opts rerunOptions, args []string
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		return withExit(ExitInfra, fmt.Errorf("rerun %s: write the workflow file: %w", id, err))
 	}
-	if opts.Lock != "" {
-		lock, err := os.ReadFile(opts.Lock)
-		if err != nil {
+	// The flake inputs are pinned by --lock, else by the lock the record
+	// kept (records since the lock became part of them).
+	var lock []byte
+	switch {
+	case opts.Lock != "":
+		if lock, err = os.ReadFile(opts.Lock); err != nil {
 			return withExit(ExitInvalid, fmt.Errorf("--lock: %w", err))
 		}
+	case old.Workflow.Lock != nil:
+		if lock, err = readBlob(store, *old.Workflow.Lock); err != nil {
+			return withExit(ExitInfra, fmt.Errorf("rerun %s: read the recorded flake lock: %w", id, err))
+		}
+	}
+	if lock != nil {
 		if err := os.WriteFile(path+".lock", lock, 0o600); err != nil {
 			return withExit(ExitInfra, fmt.Errorf("rerun %s: write the lock file: %w", id, err))
 		}
@@ -141,8 +150,8 @@ func runRerun(ctx context.Context, stdio Stdio, opts rerunOptions, args []string
 	if err != nil {
 		return err
 	}
-	if opts.Lock == "" && host.Nix && usedNix(old) {
-		warnf("the record does not keep the workflow's flake lock: Nix locks the flake inputs afresh (nixpkgs itself is pinned by the workflow); pass --lock WORKFLOW.lock for the pins of the recorded run")
+	if opts.Lock == "" && old.Workflow.Lock == nil && host.Nix && usedNix(old) {
+		warnf("the record (from before records kept the flake lock) does not pin the flake inputs: Nix locks them afresh (nixpkgs itself is pinned by the workflow); pass --lock WORKFLOW.lock for the pins of the recorded run")
 	}
 
 	policyPath := path
