@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -168,10 +169,11 @@ func ParseStatement(payload []byte) (*intoto.Statement, *slsa.Provenance, error)
 // Verify checks envelope, an attestation of record id, against the public
 // key pub, the record and the store: the DSSE signature over the PAE, the
 // payload type, the Statement and predicate types, that the invocation id
-// is id, and that the subjects are exactly those Subjects finds in the
-// store now (every NAR walked again). It returns one Problem per failure,
-// naming it; none means the attestation holds for the store as it is. It
-// does not re-check the record's other blobs: record.Store.Verify does.
+// is id and the record byproduct its digest, and that the subjects are
+// exactly those Subjects finds in the store now (every NAR walked again).
+// It returns one Problem per failure, naming it; none means the
+// attestation holds for the store as it is. It does not re-check the
+// record's other blobs: record.Store.Verify does.
 func Verify(ctx context.Context, s *record.Store, id record.ID, envelope io.Reader, pub crypto.PublicKey) []Problem {
 	env, err := DecodeEnvelope(envelope)
 	if err != nil {
@@ -195,6 +197,15 @@ func Verify(ctx context.Context, s *record.Store, id record.ID, envelope io.Read
 	}
 	if got := p.GetRunDetails().GetMetadata().GetInvocationId(); got != id.String() {
 		problems = append(problems, Problem{What: "invocation id", Err: fmt.Errorf("%w: runDetails.metadata.invocationId is %q, want %s", ErrInvocation, got, id)})
+	}
+	recordDigest := ""
+	for _, bp := range p.GetRunDetails().GetByproducts() {
+		if bp.GetName() == "record" {
+			recordDigest = bp.GetDigest()[DigestSHA256]
+		}
+	}
+	if want := hex.EncodeToString(id[:]); recordDigest != want {
+		problems = append(problems, Problem{What: "byproduct record", Err: fmt.Errorf("%w: its sha256 is %q, the record's canonical bytes hash to %s", ErrInvocation, recordDigest, want)})
 	}
 	r, err := s.Get(id)
 	if err != nil {

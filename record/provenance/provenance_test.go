@@ -354,6 +354,17 @@ func TestVerifyCatchesTampering(t *testing.T) {
 		})
 		wantProblem(t, Verify(ctx, f.store, f.id, bytes.NewReader(env), pub), "statement", ErrPredicate)
 	})
+	t.Run("changed record byproduct", func(t *testing.T) {
+		f := newFixture(t)
+		env := resign(t, f, func(st *intoto.Statement) {
+			for _, bp := range st.Predicate.Fields["runDetails"].GetStructValue().Fields["byproducts"].GetListValue().Values {
+				if d := bp.GetStructValue().Fields["digest"].GetStructValue(); bp.GetStructValue().Fields["name"].GetStringValue() == "record" {
+					d.Fields[DigestSHA256] = structpb.NewStringValue(strings.Repeat("2", 64))
+				}
+			}
+		})
+		wantProblem(t, Verify(ctx, f.store, f.id, bytes.NewReader(env), pub), "byproduct record", ErrInvocation)
+	})
 	t.Run("not an envelope", func(t *testing.T) {
 		f := newFixture(t)
 		wantProblem(t, Verify(ctx, f.store, f.id, strings.NewReader(`{"payloadType":"x","payload":"","signatures":[],"extra":1}`), pub), "envelope", ErrEnvelope)
