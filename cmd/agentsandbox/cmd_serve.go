@@ -200,10 +200,16 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (sandb
 		}
 		return f.Input, f.Path, nil
 	}
+	backends := map[workflow.Isolation]vmrunner.Backend{workflow.IsolationNamespace: namespace.New(namespace.Options{})}
+	// VM sandboxes where qemu is installed: their session channel is a
+	// virtio-serial port, which only qemu runners have.
+	if vmb := vmBackend(host, "", func(line string) { fmt.Fprintf(stdio.Err, "warning: %s\n", line) }); vmb != nil {
+		backends[workflow.IsolationVM] = vmb
+	}
 	mo := sandboxes.Options{
 		Engine: engine.Options{
 			Jobs: 1, Host: host, Store: store, RunRoot: runRoot,
-			Backends: map[workflow.Isolation]vmrunner.Backend{workflow.IsolationNamespace: namespace.New(namespace.Options{})},
+			Backends: backends,
 			Fetch:    fetch, Policy: pol, ToolVersion: toolVersion(),
 		},
 		TemplateDir: opts.Templates, MaxSandboxes: opts.MaxSandboxes, MaxRuns: opts.MaxRuns,
