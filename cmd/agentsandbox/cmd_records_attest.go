@@ -82,6 +82,9 @@ func runRecordsAttest(ctx context.Context, stdio Stdio, opts recordsAttestOption
 	if r.Sandbox != nil {
 		return withExit(ExitInvalid, fmt.Errorf("attest %s: the record of a long-lived sandbox (agentsandbox serve) has no workflow or outputs to attest; only apply's records can be attested", id))
 	}
+	if r.Status != record.StatusSucceeded {
+		fmt.Fprintf(stdio.Err, "warning: run %s ended %s; the attestation says so (the record byproduct's status) and covers the outputs it left\n", id, r.Status)
+	}
 	w, warning, err := attestWorkflow(s, r, opts.Source)
 	if err != nil {
 		return withExit(ExitStepFailed, fmt.Errorf("attest %s: %w", id, err))
