@@ -4,21 +4,36 @@
 // Data flows one way:
 //
 //	workflow.yaml → workflow → engine (resolve → policy → nixgen + nixbuild →
-//	                            inputs → vmrunner) → record
+//	                            inputs → vmrunner + egress) → record
+//
+// Two callers share the engine: the CLI (apply, rerun, records) and the
+// server (serve: REST and MCP), which also keeps long-lived sandboxes.
 //
 // The pure core (no syscalls, no privileged edge):
 //   - workflow: the YAML format, validation with file:line:col, defaults,
 //     the DAG, canonical form and hash.
-//   - policy: OPA admission (embedded default policy + the user's) and the
-//     decision record.
+//   - policy: OPA admission (embedded default policy + the user's), action
+//     decisions, and decision logs in OPA's event format.
 //   - nixgen, templates: a workflow → NixOS modules and a microvm.nix flake.
-//   - record: content-addressed execution records and the blob store.
-//   - guest: the job.json / result.json protocol between host and agent.
+//   - record: content-addressed execution records, the blob store, and
+//     comparing runs (records diff, rerun's output comparison);
+//     record/provenance: signed SLSA provenance (in-toto, DSSE).
+//   - guest: the job.json / result.json and session protocols between host
+//     and agent; guest/mux: many streams over one channel (a VM's
+//     virtio-serial port).
+//   - egress: the rules a step's network is judged by, the audit log.
 //
 // The application layer:
 //   - engine: one run end to end (resolve isolation, admit, realise, fetch
-//     inputs, schedule, collect, record); the CLI is a thin caller.
+//     inputs, schedule, collect, record), and sandbox sessions; the CLI is
+//     a thin caller.
 //   - nixbuild: realisation beside generation (nix build, closures, locks).
+//   - sandboxes: the long-lived sandboxes of serve (exec, files,
+//     snapshots, network grants, whole workflow runs, journals).
+//   - server, server/mcp: the REST API (OpenAPI 3.1) and the MCP server
+//     over the same sandboxes; clients/python and clients/js speak it.
+//   - telemetry: OpenTelemetry traces from the OTEL_* variables, off by
+//     default.
 //
 // The privileged edge:
 //   - vmrunner: the scheduler, the Backend contract and Classify (a step's
@@ -29,19 +44,26 @@
 //     names, state files and gc of what steps leave on the host, for both
 //     backends), vmrunner/sandbox (a step's host lifecycle), and the
 //     backends vmrunner/namespace and vmrunner/vm (which also probes KVM).
-//   - netns: network namespaces, veth/tap, tc.
+//   - netns: network namespaces, veth/tap, tc, the step's nftables.
+//   - egress/dns, egress/proxy, egress/gateway: a step's resolver and
+//     proxy, served by the host inside the step's namespace.
 //   - inputs: fetching and checksumming workflow inputs.
 //   - guest/agent: the job runner of the agent (cmd/agentsandbox-guest),
 //     PID 1 of every sandbox: the VM and the namespace jail.
 //   - internal/jobfs: the one way the host reads what a job controls
 //     (beneath a root, never through a symlink, bounded).
+//   - internal/atomicfile: whole-file writes (temp file, rename).
 //
 // Test support lives under internal/: runnertest (the conformance suite
 // every backend passes), fakebackend (a backend that runs nothing),
 // vmfixture (a real kernel, initramfs and microvm.nix-shaped runner),
-// testtier (the visible test tiers).
+// testtier (the visible test tiers), testnet (a small internet in a
+// network namespace), fakesandboxes (an in-memory sandbox manager, and
+// fakeserve), serverproc (server processes for client tests), otlptest (an
+// OTLP receiver).
 //
 // Commands: cmd/agentsandbox (the CLI, one file per command) and
 // cmd/agentsandbox-guest (the static guest agent). Hand-written NixOS
-// modules live in modules/, the project's flake in flake.nix.
+// modules live in modules/, the project's flake in flake.nix, the GitHub
+// Actions action in action.yml.
 package agentsandbox

@@ -169,6 +169,7 @@ var testSupport = []string{
 	module + "/internal/testnet",
 	module + "/internal/fakesandboxes",
 	module + "/internal/serverproc",
+	module + "/internal/otlptest",
 }
 
 // TestTestSupportOnlyInTests: no product package imports test support

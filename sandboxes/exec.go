@@ -254,7 +254,8 @@ func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(
 		return ExecInfo{}, err
 	}
 	execID = "x" + execID[:11]
-	span := startExecSpan(ctx, id, argv)
+	spanCtx, span := startExecSpan(ctx, id, argv)
+	envList = withTraceEnv(spanCtx, envList)
 	// The command outlives this request when it runs in the background:
 	// its connection to the agent is not tied to ctx.
 	sx, err := sb.Session.Exec(context.WithoutCancel(ctx), guest.SessionRequest{

@@ -2,6 +2,8 @@ package sandboxes
 
 import (
 	"context"
+	"go.opentelemetry.io/otel/trace/noop"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,5 +56,21 @@ func TestExecSpan(t *testing.T) {
 		if a[k] != v {
 			t.Errorf("%s = %q, want %q (all: %v)", k, a[k], v, a)
 		}
+	}
+	// The command sees its span as TRACEPARENT, so its own spans join.
+	var out strings.Builder
+	ctx2, req2 := otel.Tracer("test").Start(context.Background(), "request 2")
+	_, err = m.Exec(ctx2, info.ID, ExecRequest{Shell: "echo $TRACEPARENT"}, func(ev ExecEvent) error {
+		out.WriteString(ev.Text)
+		return nil
+	})
+	req2.End()
+	if want := "00-" + req2.SpanContext().TraceID().String() + "-"; err != nil || !strings.HasPrefix(out.String(), want) {
+		t.Errorf("TRACEPARENT %q (%v), want it in the request's trace (%s...)", out.String(), err, want)
+	}
+	// With tracing off the command gets none.
+	otel.SetTracerProvider(noop.NewTracerProvider())
+	if got, _, _ := collect(t, m, info.ID, ExecRequest{Shell: "echo \"[$TRACEPARENT]\""}); got != "[]\n" {
+		t.Errorf("TRACEPARENT with tracing off: %q", got)
 	}
 }

@@ -9,6 +9,9 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 )
 
@@ -273,6 +276,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(rw, err)
 		return
 	}
+	// A caller's W3C trace context (the traceparent header) makes the
+	// request's spans part of its trace; with tracing off the propagator
+	// does nothing.
+	r = r.WithContext(otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
 	if uncleanPath(r.URL.Path) {
 		writeError(rw, badRequest("path %q has an empty, \".\" or \"..\" segment: send a canonical path; workspace paths are relative and stay in the workspace", r.URL.Path))
 		return

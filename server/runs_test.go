@@ -5,6 +5,10 @@ import (
 	"net/http"
 	"testing"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 )
@@ -14,11 +18,13 @@ import (
 // find.
 type runner struct {
 	*fakesandboxes.Manager
-	got []sandboxes.RunRequest
+	got   []sandboxes.RunRequest
+	trace trace.SpanContext // of the last request's context
 }
 
-func (r *runner) Run(_ context.Context, req sandboxes.RunRequest) (sandboxes.RunInfo, error) {
+func (r *runner) Run(ctx context.Context, req sandboxes.RunRequest) (sandboxes.RunInfo, error) {
 	r.got = append(r.got, req)
+	r.trace = trace.SpanContextFromContext(ctx)
 	if req.Workflow == "missing.yaml" {
 		return sandboxes.RunInfo{}, sandboxes.Errorf(sandboxes.CodeNotFound, "workflow %q: no such file", req.Workflow)
 	}
@@ -62,4 +68,27 @@ func TestNetworkNeedsAManager(t *testing.T) {
 	wantErr(t, e.req("GET", "/v1/sandboxes/"+info.ID+"/network", nil), http.StatusNotImplemented, sandboxes.CodeUnsupport, "network.allow")
 	wantErr(t, e.req("POST", "/v1/sandboxes/"+info.ID+"/network", `{"grant": ["a:1"], "x": 1}`), http.StatusBadRequest, sandboxes.CodeBadRequest)
 	wantErr(t, e.req("POST", "/v1/sandboxes/"+info.ID+"/network", sandboxes.NetworkUpdate{Grant: []string{"a.test:443"}}), http.StatusNotImplemented, sandboxes.CodeUnsupport)
+}
+
+// TestTraceparent: with tracing on (a W3C propagator installed), a
+// request's traceparent header is the parent of what the manager does for
+// it; without one nothing is read.
+func TestTraceparent(t *testing.T) {
+	var r *runner
+	e := newEnv(t, func(o *Options) {
+		r = &runner{Manager: o.Manager.(*fakesandboxes.Manager)}
+		o.Manager = r
+	})
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	want[sandboxes.RunInfo](t, e.req("POST", "/v1/runs", sandboxes.RunRequest{Workflow: "a.yaml"}, "traceparent", tp), http.StatusOK)
+	if r.trace.IsValid() {
+		t.Errorf("tracing off, but the request's context has a trace: %v", r.trace)
+	}
+	prev := otel.GetTextMapPropagator()
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(func() { otel.SetTextMapPropagator(prev) })
+	want[sandboxes.RunInfo](t, e.req("POST", "/v1/runs", sandboxes.RunRequest{Workflow: "a.yaml"}, "traceparent", tp), http.StatusOK)
+	if got := r.trace.TraceID().String(); got != "4bf92f3577b34da6a3ce929d0e0e4736" || !r.trace.IsRemote() {
+		t.Errorf("trace of the request's context = %s (remote %v), want the traceparent's", got, r.trace.IsRemote())
+	}
 }
