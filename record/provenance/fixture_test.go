@@ -102,12 +102,14 @@ func newFixture(t testing.TB) *fixture {
 	seccomp := record.DigestOf([]byte("seccomp profile"))
 	env := record.DigestOf([]byte("environment"))
 	console := put(t, s, "console of train\n")
+	lock := put(t, s, `{"nodes":{},"root":"root","version":7}`)
 	gitCommit := "0123456789abcdef0123456789abcdef01234567"
 	r := &record.Record{
 		Version: record.Version, ToolVersion: "v0.9.0",
 		Workflow: record.Workflow{
 			Name: "demo", FileDigest: put(t, s, wfBytes),
 			CanonicalHash: record.DigestOf([]byte("canonical form")),
+			Lock:          &lock,
 		},
 		Policy: &record.Policy{
 			DecisionID: "2f1c0b7e-0000-4000-8000-000000000001", BundleDigest: "sha256:" + record.DigestOf([]byte("bundle")).Hex(),

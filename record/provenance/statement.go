@@ -363,13 +363,16 @@ func annotations(m map[string]any) (*structpb.Struct, error) {
 	return s, nil
 }
 
-// resolvedDependencies: the workflow file, inputs, closure store paths,
+// resolvedDependencies: the workflow file and its flake lock, inputs, closure store paths,
 // host roots, the kernel and the runners, sorted by name then URI.
 func resolvedDependencies(r *record.Record) ([]*intoto.ResourceDescriptor, error) {
 	var deps []*intoto.ResourceDescriptor
 	deps = append(deps, &intoto.ResourceDescriptor{
 		Name: "workflow", Digest: sha256Set(r.Workflow.FileDigest), MediaType: "application/yaml",
 	})
+	if l := r.Workflow.Lock; l != nil && !l.IsZero() {
+		deps = append(deps, &intoto.ResourceDescriptor{Name: "flake.lock", Digest: sha256Set(*l), MediaType: "application/json"})
+	}
 	for _, in := range r.Inputs {
 		d := map[string]string{DigestSHA256: in.Digest.Hex()}
 		if in.Format == record.FormatNAR {
