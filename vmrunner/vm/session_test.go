@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -244,4 +245,57 @@ func TestOpenRefusesRunnersWithoutTheChannel(t *testing.T) {
 	if _, err = b.Open(context.Background(), spec); err == nil || !strings.Contains(err.Error(), "not a session job") {
 		t.Errorf("one-shot job: %v", err)
 	}
+}
+
+// BenchmarkSessionExec is the exec round trip of `true` in a warm VM
+// sandbox (request on a new mux stream, fork and exec in the guest, exit
+// back over the virtio-serial channel), beside the namespace backend's
+// BenchmarkSessionExec; "open" is what a warm sandbox saves: opening and
+// stopping the VM session.
+func BenchmarkSessionExec(b *testing.B) {
+	b.Run("session", func(b *testing.B) {
+		s, spec, _ := openSession(b)
+		q := request(spec, "true")
+		var ds []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			x, err := s.Exec(context.Background(), q)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var exit bool
+			for ev := range x.Events() {
+				exit = exit || ev.Type == guest.EventExit && ev.ExitCode == 0
+			}
+			x.Close()
+			ds = append(ds, time.Since(start))
+			if !exit {
+				b.Fatalf("no exit 0: %v", x.(*Exec).Err())
+			}
+		}
+		reportPercentiles(b, ds)
+	})
+	b.Run("open", func(b *testing.B) {
+		var ds []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			s, _, _ := openSession(b)
+			if err := s.Stop(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			ds = append(ds, time.Since(start))
+		}
+		reportPercentiles(b, ds)
+	})
+}
+
+// reportPercentiles adds the median and the 99th percentile of d as
+// ms/p50 and ms/p99.
+func reportPercentiles(b *testing.B, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
+	slices.Sort(d)
+	b.ReportMetric(float64(d[len(d)/2])/float64(time.Millisecond), "ms/p50")
+	b.ReportMetric(float64(d[len(d)*99/100])/float64(time.Millisecond), "ms/p99")
 }
