@@ -261,3 +261,36 @@ func BenchmarkValidateRender1000(b *testing.B) {
 	b.ReportMetric(ms(median(tr)), "render-ms/median")
 	b.ReportMetric(ms(median(tver)), "version-ms/median")
 }
+
+// BenchmarkRerunPipeline times `rerun` of a record of examples/pipeline.yaml
+// beside an `apply` of the same workflow in the same iterations, both as
+// processes of the real binary (namespace isolation): what a rerun adds
+// (the stored workflow and inputs, the comparison of every output) over
+// the run itself.
+func BenchmarkRerunPipeline(b *testing.B) {
+	testtier.Root(b)
+	asb := builtCLI(b)
+	state := filepath.Join(b.TempDir(), "state")
+	wf, err := filepath.Abs("../../examples/pipeline.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	apply := []string{asb, "apply", "--isolation", "namespace", "--state-dir", state, wf}
+	out, err := exec.Command(apply[0], apply[1:]...).Output()
+	if err != nil {
+		b.Fatalf("apply: %v\n%s", err, out)
+	}
+	lines := strings.Fields(string(out))
+	id := lines[len(lines)-1]
+	rerun := []string{asb, "rerun", "--state-dir", state, id}
+	var ta, tr []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ta = append(ta, timed(b, apply...))
+		tr = append(tr, timed(b, rerun...))
+	}
+	b.StopTimer()
+	b.ReportMetric(ms(median(ta)), "apply-ms/median")
+	b.ReportMetric(ms(median(tr)), "rerun-ms/median")
+	b.ReportMetric(float64(median(tr))/float64(median(ta)), "x-apply")
+}
