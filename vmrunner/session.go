@@ -8,7 +8,8 @@ import (
 
 // A Session is a long-lived sandbox (agentsandbox serve): its agent stays
 // PID 1 and runs commands on request over the session protocol
-// (guest/session.go), until Stop. The namespace backend opens them.
+// (guest/session.go), until Stop. The namespace backend opens them, and
+// the vm backend for qemu runners (over a virtio-serial channel).
 type Session interface {
 	// Exec starts one command; its events arrive on the returned exec.
 	Exec(ctx context.Context, r guest.SessionRequest) (SessionExec, error)

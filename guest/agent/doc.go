@@ -6,5 +6,7 @@
 //
 // For a session job (guest.Job.Session) the jail's init runs RunSession
 // instead: the agent stays PID 1 and serves commands on the control
-// directory's socket (guest/session.go) until SIGTERM.
+// directory's socket (guest/session.go) until SIGTERM. In a VM, RunVM
+// serves them over the virtio-serial port guest.SessionPort, each
+// guest/mux stream one connection, until the host's goaway.
 package agent

@@ -32,6 +32,12 @@
 //
 // KVM is used when the probe (ProbeKVM) shows it works, otherwise TCG with
 // a warning.
+//
+// Open (session.go) starts the same VM for a session job and keeps it: the
+// agent serves commands over the session channel, a virtio-serial port
+// whose host end is qemu's unix socket nixgen.SessionSocket in the
+// working directory, multiplexed by guest/mux; Stop ends it and removes
+// what Run removes.
 package vm
 
 import (
