@@ -6,7 +6,7 @@ GO ?= go
 BIN := bin/agentsandbox
 FUZZTIME ?= 15s
 
-.PHONY: run test build setup unit fuzz bench-smoke bench clean
+.PHONY: run test build setup test-tools unit fuzz bench-smoke bench clean
 
 run: setup build
 	./$(BIN) apply examples/hello.yaml
@@ -18,7 +18,13 @@ build:
 setup:
 	./scripts/setup.sh
 
-test: setup unit fuzz bench-smoke
+test: setup test-tools unit fuzz bench-smoke
+
+# Tools only the tests need: cosign (built once per machine into
+# $(go env GOPATH)/bin; several minutes the first time) checks our
+# attestations in the cosign tier.
+test-tools:
+	./scripts/install-cosign.sh
 
 unit:
 	$(GO) vet ./...

@@ -76,11 +76,15 @@ the files and NAR hashes of the record's outputs in the store now.` + exitStatus
 		Long:    "export restores every declared output of the run from its NAR in the blob store\n(verified on the way) into DIR/STEP/PATH, never overwriting." + exitStatusHelp,
 		Example: "  agentsandbox records export 1b9x --to out/\n  nix hash path out/train/model.bin   # equals the record's narHash",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Checked here, not with cobra's MarkFlagRequired, whose error
+			// bypasses the usage exit status.
+			if opts.To == "" {
+				return usageErrorf("records export: --to DIR is required: the directory to restore the outputs into")
+			}
 			return runRecordsExport(cmd.Context(), stdio, opts, args)
 		},
 	}
 	export.Flags().StringVar(&opts.To, "to", "", "directory to restore into (required)")
-	_ = export.MarkFlagRequired("to")
 	net := newRecordsNetCmd(stdio, &opts)
 	for _, c := range []*cobra.Command{list, show, verify, export, net} {
 		c.Args = wrapArgs(c.Args)
