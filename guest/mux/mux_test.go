@@ -498,3 +498,43 @@ func FuzzSession(f *testing.F) {
 		}
 	})
 }
+
+// A peer that stops reading holds the connection's writes, but not a
+// stream's Close, and the session's Close ends the blocked write.
+func TestCloseDoesNotWaitForAStuckPeer(t *testing.T) {
+	a, b := net.Pipe()
+	cl := Client(a)
+	buf := make([]byte, MaxPayload)
+	if _, err := ReadFrame(b, buf); err != nil { // the hello
+		t.Fatal(err)
+	}
+	go b.Write(raw(helloFrame()))
+	opened := make(chan *Stream, 1)
+	go func() {
+		st, err := cl.Open(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		opened <- st
+	}()
+	if _, err := ReadFrame(b, buf); err != nil { // the open; then b reads no more
+		t.Fatal(err)
+	}
+	st := <-opened
+	wrote := make(chan error, 1)
+	go func() { _, err := st.Write([]byte("stuck")); wrote <- err }()
+	time.Sleep(20 * time.Millisecond)
+	closed := make(chan struct{})
+	go func() { st.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for a peer that does not read")
+	}
+	cl.Close()
+	select {
+	case <-wrote:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session's Close did not end a write blocked on the peer")
+	}
+}

@@ -477,7 +477,7 @@ func (st *Stream) CloseWrite() error {
 // Close ends the stream on this side: it half-closes it (the peer reads
 // what was written, then EOF) and, unless the peer had half-closed too,
 // resets it, so the peer's writes fail. Blocked reads and writes return
-// ErrClosed.
+// ErrClosed. It does not wait for the frames to be written.
 func (st *Stream) Close() error {
 	st.mu.Lock()
 	if st.closed {
@@ -492,15 +492,19 @@ func (st *Stream) Close() error {
 	st.mu.Unlock()
 	st.wake()
 	st.s.forget(st.id)
-	var err error
-	if fin {
-		err = st.s.writeFrame(Frame{Type: TypeClose, Stream: st.id})
+	if !fin && !reset {
+		return nil
 	}
-	if reset && err == nil {
-		err = st.s.writeFrame(Frame{Type: TypeReset, Stream: st.id})
-	}
-	if errors.Is(err, ErrClosed) {
-		err = nil
-	}
-	return err
+	// The frames go out behind whatever holds the connection: a peer
+	// that stopped reading must not hold up the close (the session's
+	// own Close ends that wait).
+	go func() {
+		if fin && st.s.writeFrame(Frame{Type: TypeClose, Stream: st.id}) != nil {
+			return
+		}
+		if reset {
+			_ = st.s.writeFrame(Frame{Type: TypeReset, Stream: st.id})
+		}
+	}()
+	return nil
 }
