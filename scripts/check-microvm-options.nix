@@ -86,7 +86,7 @@ let
     inherit (cfg) hypervisor vcpu mem socket shares cpu registerClosure;
     interfaces = map (i: { inherit (i) type id mac; }) cfg.interfaces;
     volumes = map (v: { inherit (v) image mountPoint label size autoCreate fsType; }) cfg.volumes;
-    qemu = { inherit (cfg.qemu) machineOpts package; };
+    qemu = { inherit (cfg.qemu) machineOpts package extraArgs; };
   };
 
   check = name: modules:
