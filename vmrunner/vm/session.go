@@ -264,13 +264,22 @@ func (s *Session) Exec(ctx context.Context, q guest.SessionRequest) (vmrunner.Se
 // error.
 func (s *Session) Stop(ctx context.Context) error {
 	s.stopOnce.Do(func() {
-		graceful := ctx.Err() == nil
-		if graceful {
-			graceful = s.mux.GoAway() == nil
-		}
-		if graceful {
+		if ctx.Err() == nil {
+			// A guest that stopped reading holds the channel's writes:
+			// the goaway waits with the rest of the grace, and the
+			// teardown's quit and close unblock it.
 			t := time.NewTimer(StopGrace)
+			sent := make(chan error, 1)
+			go func() { sent <- s.mux.GoAway() }()
 			select {
+			case err := <-sent:
+				if err == nil {
+					select {
+					case <-s.Done():
+					case <-t.C:
+					case <-ctx.Done():
+					}
+				}
 			case <-s.Done():
 			case <-t.C:
 			case <-ctx.Done():

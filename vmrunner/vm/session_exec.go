@@ -39,11 +39,8 @@ func startExec(ctx context.Context, c io.ReadWriteCloser, q guest.SessionRequest
 		return nil, err
 	}
 	x := &Exec{c: c, enc: guest.NewSessionEncoder(c), events: make(chan guest.SessionEvent, 16), closed: make(chan struct{})}
-	if err := x.send(q); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("send the exec request: %w", err)
-	}
-	go x.read(guest.NewSessionDecoder(c))
+	// Watch ctx from the start: a guest that stopped reading holds the
+	// request's write.
 	if ctx.Done() != nil {
 		go func() {
 			select {
@@ -53,6 +50,11 @@ func startExec(ctx context.Context, c io.ReadWriteCloser, q guest.SessionRequest
 			}
 		}()
 	}
+	if err := x.send(q); err != nil {
+		x.Close()
+		return nil, fmt.Errorf("send the exec request: %w", err)
+	}
+	go x.read(guest.NewSessionDecoder(c))
 	return x, nil
 }
 
