@@ -3,7 +3,9 @@ package vm
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/guest/mux"
 	"github.com/agentsandbox/agentsandbox/internal/runnertest"
 	"github.com/agentsandbox/agentsandbox/nixgen"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
@@ -298,4 +301,59 @@ func reportPercentiles(b *testing.B, d []time.Duration) {
 	slices.Sort(d)
 	b.ReportMetric(float64(d[len(d)/2])/float64(time.Millisecond), "ms/p50")
 	b.ReportMetric(float64(d[len(d)*99/100])/float64(time.Millisecond), "ms/p99")
+}
+
+// The host reaches the session channel only as the hypervisor's socket,
+// beneath the working directory, and a guest that lies on it fails the
+// ping with the protocol error.
+func TestDialSessionChecks(t *testing.T) {
+	dir, err := os.MkdirTemp("", "asbd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, nixgen.SessionSocket)
+	other := filepath.Join(dir, "other.sock")
+	if err := os.Symlink(other, sock); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dialSession(dir, os.Getuid()); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("a symlink as the channel: %v", err)
+	}
+	os.Remove(sock)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// A guest that answers the hello with garbage.
+			go func() {
+				defer c.Close()
+				io.ReadFull(c, make([]byte, mux.HeaderSize+7))
+				c.Write([]byte("not a frame at all, and long enough"))
+				io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	if _, err := dialSession(dir, os.Getuid()+1); err == nil || !strings.Contains(err.Error(), "not the hypervisor's") {
+		t.Errorf("a channel served by another uid: %v", err)
+	}
+	c, err := dialSession(dir, os.Getuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Session{spec: vmrunner.StepSpec{Step: workflow.Step{Name: "lying"}}, mux: mux.Client(c)}
+	defer s.mux.Close()
+	err = s.ping(context.Background(), 10*time.Second)
+	<-s.mux.Done()
+	var pe *mux.ProtocolError
+	if err == nil || !errors.As(s.mux.Err(), &pe) {
+		t.Errorf("ping of a lying guest: %v; session ended with %v, want a protocol error", err, s.mux.Err())
+	}
 }
