@@ -185,6 +185,21 @@ func TestVMSandboxLifecycle(t *testing.T) {
 		t.Errorf("get: %q %v", got.String(), err)
 	}
 
+	// A snapshot and a restore act on the same host directory: the
+	// guest sees the restored tree through its share at once.
+	snap, err := m.Snapshot(ctx, id, "before")
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, m, id, ExecRequest{Shell: "echo broken > state.txt; rm -r data; mkdir junk"})
+	if _, err := m.Restore(ctx, id, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ = collect(t, m, id, ExecRequest{Shell: "cat state.txt; ls"})
+	if out != "hi\ndata\nstate.txt\n" {
+		t.Errorf("after restore, the guest sees %q", out)
+	}
+
 	killed, err := m.Kill(ctx, id)
 	if err != nil {
 		t.Fatal(err)
