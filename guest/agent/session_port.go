@@ -132,7 +132,10 @@ func (s *server) serveMux(ctx context.Context, conn io.ReadWriteCloser, console 
 	}
 	sess.Close()
 	if err := sess.Err(); !errors.Is(err, io.EOF) {
+		// Not the host going away: say why, and do not spin on a
+		// connection that keeps failing.
 		fmt.Fprintf(console, "%s session port: %v\n", guest.ConsoleErrorLine, err)
+		time.Sleep(100 * time.Millisecond)
 	}
 	return false
 }
