@@ -538,3 +538,49 @@ func TestCloseDoesNotWaitForAStuckPeer(t *testing.T) {
 		t.Fatal("the session's Close did not end a write blocked on the peer")
 	}
 }
+
+// BenchmarkStream is one stream's throughput over a socketpair (the
+// host's side of the channel is a unix socket), 1 MiB per operation.
+func BenchmarkStream(b *testing.B) {
+	a, c := socketpair(b)
+	cl, sv := pair(b, a, c)
+	go func() {
+		st, err := sv.Accept()
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, st)
+	}()
+	st, err := cl.Open(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	b.SetBytes(int64(len(buf)))
+	for b.Loop() {
+		if _, err := st.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkOpenEcho is what an exec adds on the channel: open a stream,
+// one small message each way, close.
+func BenchmarkOpenEcho(b *testing.B) {
+	a, c := socketpair(b)
+	cl, sv := pair(b, a, c)
+	go echo(sv)
+	msg := []byte(`{"op":"exec","command":["true"]}` + "\n")
+	got := make([]byte, len(msg))
+	for b.Loop() {
+		st, err := cl.Open(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		st.Write(msg)
+		if _, err := io.ReadFull(st, got); err != nil {
+			b.Fatal(err)
+		}
+		st.Close()
+	}
+}
