@@ -64,7 +64,10 @@ func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options
 	step := plan.Steps[0]
 	backend, ok := o.Backends[step.Isolation].(vmrunner.SessionBackend)
 	if !ok {
-		return nil, fmt.Errorf("%s sandboxes cannot be held open on this host yet: use isolation namespace for a long-lived sandbox", step.Isolation)
+		if step.Isolation == workflow.IsolationVM {
+			return nil, fmt.Errorf("vm sandboxes need qemu on the host (apt-get install qemu-system-x86) and a runner realised by Nix from a template that pins nixpkgs; or use isolation namespace")
+		}
+		return nil, fmt.Errorf("%s sandboxes cannot be held open on this host: use isolation namespace for a long-lived sandbox", step.Isolation)
 	}
 	runDir := filepath.Join(o.RunRoot, id)
 	if err := os.MkdirAll(runDir, 0o700); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
-	"github.com/agentsandbox/agentsandbox/guest/agent"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"golang.org/x/sys/unix"
 )
@@ -265,118 +263,13 @@ func (s *Session) Exec(ctx context.Context, q guest.SessionRequest) (*Exec, erro
 	if err != nil {
 		return nil, fmt.Errorf("exec in session %q: %w", s.spec.Step.Name, err)
 	}
-	x := &Exec{c: c, enc: guest.NewSessionEncoder(c), events: make(chan guest.SessionEvent, 16), closed: make(chan struct{})}
-	if err := x.send(q); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("exec in session %q: send the request: %w", s.spec.Step.Name, err)
-	}
-	go x.read(guest.NewSessionDecoder(c))
-	if ctx.Done() != nil {
-		go func() {
-			select {
-			case <-ctx.Done():
-				x.Close()
-			case <-x.closed:
-			}
-		}()
+	x, err := vmrunner.StartExec(ctx, c, q)
+	if err != nil {
+		return nil, fmt.Errorf("exec in session %q: %w", s.spec.Step.Name, err)
 	}
 	return x, nil
 }
 
-// Exec is one command running in a session.
-type Exec struct {
-	c      *net.UnixConn
-	mu     sync.Mutex // serialises frames to the agent
-	enc    *guest.SessionEncoder
-	events chan guest.SessionEvent
-
-	closeOnce sync.Once
-	closed    chan struct{}
-	err       error // set before events is closed
-}
-
-// Events delivers the command's events in order; it is closed after the
-// "exit" or "error" event, or when the connection ended without one (Err
-// then says why). Read it to the end: the agent waits while it is full.
-func (x *Exec) Events() <-chan guest.SessionEvent { return x.events }
-
-// Err is, once Events is closed, why the stream ended without an "exit" or
-// "error" event; nil when it ended with one.
-func (x *Exec) Err() error { return x.err }
-
-func (x *Exec) read(dec *guest.SessionDecoder) {
-	defer close(x.events)
-	defer x.Close()
-	for {
-		var ev guest.SessionEvent
-		if err := dec.Decode(&ev); err != nil {
-			select {
-			case <-x.closed:
-				x.err = errors.New("exec closed before the command exited")
-			default:
-				if errors.Is(err, io.EOF) {
-					err = io.ErrUnexpectedEOF
-				}
-				x.err = fmt.Errorf("the agent's connection ended before the command's exit (did the sandbox stop?): %w", err)
-			}
-			return
-		}
-		select {
-		case x.events <- ev:
-		case <-x.closed:
-			x.err = errors.New("exec closed before the command exited")
-			return
-		}
-		if ev.Type == guest.EventExit || ev.Type == guest.EventError {
-			return
-		}
-	}
-}
-
-func (x *Exec) send(q guest.SessionRequest) error {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.enc.Encode(q)
-}
-
-// WriteStdin sends b to the command's stdin (the request must have had
-// Stdin set), in pieces of at most guest.MaxSessionChunk.
-func (x *Exec) WriteStdin(b []byte) error {
-	for len(b) > 0 {
-		n := min(len(b), guest.MaxSessionChunk)
-		if err := x.send(guest.SessionRequest{Op: guest.OpStdin, Data: b[:n]}); err != nil {
-			return fmt.Errorf("write the command's stdin: %w", err)
-		}
-		b = b[n:]
-	}
-	return nil
-}
-
-// CloseStdin ends the command's stdin once what was written is read.
-func (x *Exec) CloseStdin() error {
-	if err := x.send(guest.SessionRequest{Op: guest.OpCloseStdin}); err != nil {
-		return fmt.Errorf("close the command's stdin: %w", err)
-	}
-	return nil
-}
-
-// Signal sends a signal ("SIGTERM", "SIGINT", "SIGRTMIN+1", ...) to the
-// command's process group.
-func (x *Exec) Signal(name string) error {
-	if _, ok := agent.SignalNumber(name); !ok {
-		return fmt.Errorf("signal %q: not a signal name; use one such as SIGTERM, SIGINT, SIGKILL or SIGRTMIN+1", name)
-	}
-	if err := x.send(guest.SessionRequest{Op: guest.OpSignal, Signal: name}); err != nil {
-		return fmt.Errorf("send %s to the command: %w", name, err)
-	}
-	return nil
-}
-
-// Close drops the connection; a command still running is killed with its
-// process group. Events is closed soon after.
-func (x *Exec) Close() {
-	x.closeOnce.Do(func() {
-		close(x.closed)
-		x.c.Close()
-	})
-}
+// Exec is one command running in a session: one connection to the agent's
+// socket (vmrunner.ConnExec, which the VM backend's sessions use too).
+type Exec = vmrunner.ConnExec

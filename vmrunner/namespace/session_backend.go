@@ -27,12 +27,5 @@ func (s session) Exec(ctx context.Context, q guest.SessionRequest) (vmrunner.Ses
 	if err != nil {
 		return nil, err
 	}
-	return sessionExec{x}, nil
-}
-
-type sessionExec struct{ *Exec }
-
-func (x sessionExec) Close() error {
-	x.Exec.Close()
-	return nil
+	return x, nil
 }

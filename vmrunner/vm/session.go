@@ -247,7 +247,7 @@ func (s *Session) Exec(ctx context.Context, q guest.SessionRequest) (vmrunner.Se
 	if err != nil {
 		return nil, fmt.Errorf("exec in session %q: open a stream of the session channel: %w", s.spec.Step.Name, err)
 	}
-	x, err := startExec(ctx, st, q)
+	x, err := vmrunner.StartExec(ctx, st, q)
 	if err != nil {
 		return nil, fmt.Errorf("exec in session %q: %w", s.spec.Step.Name, err)
 	}
