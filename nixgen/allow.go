@@ -3,7 +3,6 @@ package nixgen
 import (
 	"fmt"
 	"net/netip"
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -21,7 +20,7 @@ type allowRule struct {
 
 // hostnameRE is what a host entry may look like once the workflow package has
 // normalised it: lowercase labels, optionally behind "*.".
-var hostnameRE = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+var hostnameRE = lazyRegexp(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // parseAllow splits a normalised allow entry (see workflow's network.allow
 // forms) into an allowRule. Anything it does not recognise is an error, so a
@@ -83,7 +82,7 @@ func parseAllow(s string) (allowRule, error) {
 		r.CIDR = netip.PrefixFrom(a, a.BitLen()).String()
 		return r, nil
 	}
-	if len(hostPart) > 253 || !hostnameRE.MatchString(hostPart) {
+	if len(hostPart) > 253 || !hostnameRE().MatchString(hostPart) {
 		return fail("is neither an address, a CIDR prefix nor a lowercase host name")
 	}
 	r.Host = hostPart

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"text/template"
 
 	"github.com/agentsandbox/agentsandbox/egress"
@@ -112,7 +112,7 @@ var ErrNoNixpkgs = errors.New("workflow pins no nixpkgs, so it has no flake to g
 
 // stepNameRE is a DNS label; names also become file names and flake
 // attributes, so Generate checks them again.
-var stepNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+var stepNameRE = lazyRegexp(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Generate renders the flake for w. The result is deterministic: the same
 // workflow and options give byte-identical files.
@@ -156,7 +156,7 @@ func Generate(w *workflow.Workflow, opts Options) (Files, error) {
 	seen := map[string]bool{}
 	for i := range w.Steps {
 		s := &w.Steps[i]
-		if !stepNameRE.MatchString(s.Name) {
+		if !stepNameRE().MatchString(s.Name) {
 			return nil, fmt.Errorf("generate nix: step name %q is not a DNS label (lowercase letters, digits, '-')", s.Name)
 		}
 		if seen[s.Name] {
@@ -222,7 +222,7 @@ func microvmPin(w *workflow.Workflow) (pin workflow.Microvm, isDefault bool) {
 }
 
 // githubRefRE matches the usual nixpkgs pin, github:OWNER/REPO/COMMIT.
-var githubRefRE = regexp.MustCompile(`^github:([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)/([0-9a-f]{40})$`)
+var githubRefRE = lazyRegexp(`^github:([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)/([0-9a-f]{40})$`)
 
 // flakeInput renders a pinned input (nixpkgs or microvm.nix).
 func flakeInput(ref, narHash string) nixpkgsData {
@@ -238,7 +238,7 @@ func nixpkgsInput(n *workflow.Nixpkgs) nixpkgsData {
 	if n.NarHash == "" {
 		return nixpkgsData{URL: String(n.Ref)}
 	}
-	if m := githubRefRE.FindStringSubmatch(n.Ref); m != nil {
+	if m := githubRefRE().FindStringSubmatch(n.Ref); m != nil {
 		return nixpkgsData{GitHub: &githubData{
 			Owner: String(m[1]), Repo: String(m[2]), Rev: String(m[3]), NarHash: String(n.NarHash),
 		}}
@@ -287,13 +287,16 @@ func MemMiB(memory int64, hv workflow.Hypervisor) (mib int, bumped bool) {
 
 func render(name string, data any) ([]byte, error) {
 	var buf bytes.Buffer
-	if err := tmpl.ExecuteTemplate(&buf, name, data); err != nil {
+	if err := tmpl().ExecuteTemplate(&buf, name, data); err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
 	return buf.Bytes(), nil
 }
 
-var tmpl = template.Must(template.New("nixgen").Option("missingkey=error").ParseFS(templates.FS, "*.tmpl"))
+// tmpl is parsed on first use, not at every start of the CLI.
+var tmpl = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("nixgen").Option("missingkey=error").ParseFS(templates.FS, "*.tmpl"))
+})
 
 // itoa is for template data that is a number in Nix.
 func itoa(n int) string { return strconv.Itoa(n) }

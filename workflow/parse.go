@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"path"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -58,11 +57,11 @@ var (
 )
 
 var (
-	workflowNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-	inputNameRe    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-	hex40Re        = regexp.MustCompile(`^[0-9a-f]{40}$`)
-	hex64Re        = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	scpLikeRe      = regexp.MustCompile(`^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/].*$`)
+	workflowNameRe = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	inputNameRe    = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	hex40Re        = lazyRegexp(`^[0-9a-f]{40}$`)
+	hex64Re        = lazyRegexp(`^[0-9a-f]{64}$`)
+	scpLikeRe      = lazyRegexp(`^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/].*$`)
 )
 
 // ParseOption changes what Parse accepts.
@@ -123,7 +122,7 @@ func parse(filename string, data []byte, opts ...ParseOption) (*Workflow, error)
 	return w, nil
 }
 
-var yamlLineRe = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+var yamlLineRe = lazyRegexp(`^yaml: line (\d+): (.*)$`)
 
 // decode reads exactly one YAML document and returns its top node.
 func (p *parser) decode(data []byte) *yaml.Node {
@@ -153,7 +152,7 @@ func (p *parser) decode(data []byte) *yaml.Node {
 func (p *parser) yamlError(err error) {
 	msg := err.Error()
 	for _, line := range strings.Split(msg, "\n") {
-		if m := yamlLineRe.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
+		if m := yamlLineRe().FindStringSubmatch(strings.TrimSpace(line)); m != nil {
 			n, _ := strconv.Atoi(m[1])
 			p.errAt(n, 1, "invalid YAML: %s", m[2])
 			return
@@ -245,7 +244,7 @@ func (p *parser) workflow(n *yaml.Node) *Workflow {
 	}
 	if e, ok := f["name"]; ok {
 		if s, ok := p.str(e.v, "name"); ok {
-			if !workflowNameRe.MatchString(s) {
+			if !workflowNameRe().MatchString(s) {
 				p.errorf(resolve(e.v), "workflow name %q must be 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit", s)
 			}
 			w.Name = s
@@ -369,7 +368,7 @@ func flakeRevAs(ref, example string) (string, error) {
 		return "", fmt.Errorf("has a malformed query; %s", how)
 	}
 	qrev := q.Get("rev")
-	if qrev != "" && !hex40Re.MatchString(qrev) {
+	if qrev != "" && !hex40Re().MatchString(qrev) {
 		return "", fmt.Errorf("has rev=%q, which is not a full 40-hex commit (lowercase)", qrev)
 	}
 	scheme, rest, ok := strings.Cut(base, ":")
@@ -383,7 +382,7 @@ func flakeRevAs(ref, example string) (string, error) {
 			return "", fmt.Errorf("is not a %s:OWNER/REPO/COMMIT ref; %s", scheme, how)
 		}
 		if len(parts) == 3 {
-			if hex40Re.MatchString(parts[2]) {
+			if hex40Re().MatchString(parts[2]) {
 				if qrev != "" && qrev != parts[2] {
 					return "", errors.New("names two different commits")
 				}
@@ -410,7 +409,7 @@ func (p *parser) inputs(n *yaml.Node) []Input {
 	dests := map[string]string{}
 	for _, e := range ps {
 		p.declaredInputs[e.key] = true
-		if !inputNameRe.MatchString(e.key) {
+		if !inputNameRe().MatchString(e.key) {
 			p.errorf(e.k, "input name %q must be 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit", e.key)
 			continue
 		}
@@ -478,7 +477,7 @@ func (p *parser) input(name string, n *yaml.Node) (Input, bool) {
 			case kind == InputGit:
 				p.errorf(resolve(h.v), "%s is a git source: pin it with commit, not sha256", what)
 				ok = false
-			case !hex64Re.MatchString(s):
+			case !hex64Re().MatchString(s):
 				p.errorf(resolve(h.v), "%s sha256 must be 64 hex digits, as sha256sum prints them", what)
 				ok = false
 			}
@@ -494,7 +493,7 @@ func (p *parser) input(name string, n *yaml.Node) (Input, bool) {
 			case kind != InputGit && err == nil:
 				p.errorf(resolve(c.v), "%s: commit applies only to git:: sources; pin files and URLs with sha256", what)
 				ok = false
-			case !hex40Re.MatchString(s):
+			case !hex40Re().MatchString(s):
 				p.errorf(resolve(c.v), "%s commit must be a full 40-hex git commit", what)
 				ok = false
 			}
@@ -535,7 +534,7 @@ func classifySource(src string) (InputKind, string, error) {
 			}
 			return InputGit, src, nil
 		}
-		if scpLikeRe.MatchString(rest) {
+		if scpLikeRe().MatchString(rest) {
 			return InputGit, src, nil
 		}
 		return "", "", errors.New("is not a git URL; write git::https://HOST/REPO.git")
