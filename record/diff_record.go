@@ -613,23 +613,29 @@ func joinPath(prefix, key string) string {
 	return prefix + "." + key
 }
 
+// diffKeyed compares a mapping, or a list of named mappings keyed by
+// name, key by key.
+func diffKeyed(path string, a, b map[string]any, out *[]FieldChange) {
+	for _, k := range unionKeys(a, b) {
+		va, ina := a[k]
+		vb, inb := b[k]
+		p := joinPath(path, k)
+		switch {
+		case !ina:
+			*out = append(*out, FieldChange{Path: p, Change: Added, B: vb})
+		case !inb:
+			*out = append(*out, FieldChange{Path: p, Change: Removed, A: va})
+		default:
+			diffYAML(p, va, vb, out)
+		}
+	}
+}
+
 func diffYAML(path string, a, b any, out *[]FieldChange) {
 	ma, oka := a.(map[string]any)
 	mb, okb := b.(map[string]any)
 	if oka && okb {
-		for _, k := range unionKeys(ma, mb) {
-			va, ina := ma[k]
-			vb, inb := mb[k]
-			p := joinPath(path, k)
-			switch {
-			case !ina:
-				*out = append(*out, FieldChange{Path: p, Change: Added, B: vb})
-			case !inb:
-				*out = append(*out, FieldChange{Path: p, Change: Removed, A: va})
-			default:
-				diffYAML(p, va, vb, out)
-			}
-		}
+		diffKeyed(path, ma, mb, out)
 		return
 	}
 	la, oka := a.([]any)
@@ -638,19 +644,7 @@ func diffYAML(path string, a, b any, out *[]FieldChange) {
 		na, namedA := byNameKey(la)
 		nb, namedB := byNameKey(lb)
 		if namedA && namedB {
-			for _, k := range unionKeys(na, nb) {
-				va, ina := na[k]
-				vb, inb := nb[k]
-				p := joinPath(path, k)
-				switch {
-				case !ina:
-					*out = append(*out, FieldChange{Path: p, Change: Added, B: vb})
-				case !inb:
-					*out = append(*out, FieldChange{Path: p, Change: Removed, A: va})
-				default:
-					diffYAML(p, va, vb, out)
-				}
-			}
+			diffKeyed(path, na, nb, out)
 			return
 		}
 		for i := 0; i < max(len(la), len(lb)); i++ {

@@ -172,23 +172,10 @@ func (s *Session) dial() (*net.UnixConn, error) {
 		return nil, errors.New("the session is stopped: open a new one")
 	}
 	path := "/proc/self/fd/" + strconv.Itoa(int(s.dir.Fd())) + "/" + guest.SessionSocket
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	c, cred, err := vmrunner.DialPeer(path)
 	s.dirMu.RUnlock()
 	if err != nil {
 		return nil, fmt.Errorf("connect to the session socket in %s: %w", s.spec.ControlDir, err)
-	}
-	raw, err := c.SyscallConn()
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || cerr != nil {
-		c.Close()
-		return nil, fmt.Errorf("check the session socket's peer: %w", errors.Join(err, cerr))
 	}
 	if int(cred.Pid) != s.initPID {
 		c.Close()

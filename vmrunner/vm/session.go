@@ -177,22 +177,9 @@ func dialSession(workDir string, hvUID int) (net.Conn, error) {
 		return nil, fmt.Errorf("%s in %s is not a socket (mode %o): refusing it", nixgen.SessionSocket, workDir, st.Mode)
 	}
 	path := "/proc/self/fd/" + strconv.Itoa(fd) + "/" + nixgen.SessionSocket
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	c, cred, err := vmrunner.DialPeer(path)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the session channel in %s: %w", workDir, err)
-	}
-	raw, err := c.SyscallConn()
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || cerr != nil {
-		c.Close()
-		return nil, fmt.Errorf("check the session channel's peer: %w", errors.Join(err, cerr))
 	}
 	if int(cred.Uid) != hvUID {
 		c.Close()
