@@ -164,23 +164,37 @@ func New(p string, l Limits) (*Group, error) {
 
 // newAt creates the group below root, the unified mount (v2) or the
 // directory of the controller mounts (v1).
+//
+// Another group's Delete may prune a parent this one is being made in
+// (/agentsandbox/RUN, or /agentsandbox, left empty for a moment by another
+// run or step), so that the mkdir of the next level fails with ENOENT:
+// the group is then made again, a few times.
 func newAt(ver, root, p string, l Limits) (*Group, error) {
-	var b backend
 	var err error
-	if ver == "v2" {
-		b, err = newV2(root, p, l)
-	} else {
-		b, err = newV1(root, p, l)
-	}
-	if err != nil {
+	for attempt := 1; ; attempt++ {
+		var b backend
+		if ver == "v2" {
+			b, err = newV2(root, p, l)
+		} else {
+			b, err = newV1(root, p, l)
+		}
+		if err == nil {
+			return &Group{path: p, b: b, rmdir: rmdirCgroup}, nil
+		}
+		raced := errors.Is(err, fs.ErrNotExist)
 		// Remove what was made before the failure.
 		if g, oerr := openAt(ver, root, p); oerr == nil {
 			err = errors.Join(err, g.Delete())
 		}
-		return nil, fmt.Errorf("create cgroup %s (%s): %w", p, ver, err)
+		if !raced || attempt == createAttempts {
+			return nil, fmt.Errorf("create cgroup %s (%s): %w", p, ver, err)
+		}
 	}
-	return &Group{path: p, b: b, rmdir: rmdirCgroup}, nil
 }
+
+// createAttempts bounds how often New makes a group again after a parent
+// was pruned under it.
+const createAttempts = 5
 
 // open returns a handle on an existing (or already removed) group without
 // writing limits; List and DeleteByPath use it.

@@ -467,3 +467,41 @@ func TestRootIOLimitsWritten(t *testing.T) {
 		}
 	}
 }
+
+// TestRootConcurrentRunsShareTheTop: groups of different runs are made
+// and deleted at once, as concurrent applies do. A Delete prunes the
+// emptied /RUN and top parents, which races with a New making its own
+// below them; New makes its group again instead of failing with ENOENT.
+func TestRootConcurrentRunsShareTheTop(t *testing.T) {
+	first := newGroup(t, Limits{}) // checks the tier, and names the top
+	top := strings.Split(first.Path(), "/")[1]
+	if err := first.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	const workers, rounds = 4, 60
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := range rounds {
+				g, err := New(fmt.Sprintf("/%s/race-%d-%d/step", top, w, i), Limits{PIDs: 10})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if err := g.Delete(); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if left, err := List("/" + top); err != nil || len(left) > 0 {
+		t.Errorf("groups left under /%s: %v %v", top, left, err)
+	}
+}
