@@ -735,3 +735,44 @@ func (s *suite) testHostileResult(t *testing.T) {
 		t.Errorf("detail %q, want it to say %q", res.Detail, want)
 	}
 }
+
+// SessionRequest is an exec request with the session job's user,
+// environment and working directory, as a sandbox manager fills it.
+func SessionRequest(spec vmrunner.StepSpec, command ...string) guest.SessionRequest {
+	return guest.SessionRequest{
+		Command: command, Env: spec.Job.Env, Workdir: spec.Job.Workdir,
+		UID: spec.Job.UID, GID: spec.Job.GID,
+	}
+}
+
+// ExecOut is what a session's command printed and how it ended.
+type ExecOut struct {
+	PID            int
+	Stdout, Stderr string
+	Exit           *guest.SessionEvent // the exit event; nil without one
+	Error          string              // the error event's text
+	Err            error               // why the stream ended without either, if it did
+}
+
+// Drain reads a session exec's events to the end, in either backend.
+func Drain(x vmrunner.SessionExec) ExecOut {
+	var o ExecOut
+	for ev := range x.Events() {
+		switch ev.Type {
+		case guest.EventStarted:
+			o.PID = ev.PID
+		case guest.EventStdout:
+			o.Stdout += string(ev.Data)
+		case guest.EventStderr:
+			o.Stderr += string(ev.Data)
+		case guest.EventExit:
+			o.Exit = &ev
+		case guest.EventError:
+			o.Error = ev.Error
+		}
+	}
+	if e, ok := x.(interface{ Err() error }); ok {
+		o.Err = e.Err()
+	}
+	return o
+}

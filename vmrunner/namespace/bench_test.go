@@ -67,7 +67,7 @@ func BenchmarkSessionExec(b *testing.B) {
 	testtier.Root(b)
 	b.Run("session", func(b *testing.B) {
 		s, spec, _ := openSession(b)
-		q := request(spec, "true")
+		q := runnertest.SessionRequest(spec, "true")
 		var ds []time.Duration
 		for b.Loop() {
 			start := time.Now()

@@ -45,47 +45,18 @@ func sessionSpec(t testing.TB) vmrunner.StepSpec {
 	return spec
 }
 
-// request is an exec request with the session job's user, env and
-// workdir, as a manager would fill it.
-func request(spec vmrunner.StepSpec, command ...string) guest.SessionRequest {
-	return guest.SessionRequest{
-		Command: command, Env: spec.Job.Env, Workdir: spec.Job.Workdir,
-		UID: spec.Job.UID, GID: spec.Job.GID,
-	}
-}
-
-type execOut struct {
-	pid            int
-	stdout, stderr string
-	exit           *guest.SessionEvent
-	errEv          string
-}
-
-// drain reads an exec's events to the end.
-func drain(t testing.TB, x *Exec) execOut {
+// drain reads an exec's events to the end; the stream must end with an
+// exit or error event.
+func drain(t testing.TB, x *Exec) runnertest.ExecOut {
 	t.Helper()
-	var o execOut
-	for ev := range x.Events() {
-		switch ev.Type {
-		case guest.EventStarted:
-			o.pid = ev.PID
-		case guest.EventStdout:
-			o.stdout += string(ev.Data)
-		case guest.EventStderr:
-			o.stderr += string(ev.Data)
-		case guest.EventExit:
-			o.exit = &ev
-		case guest.EventError:
-			o.errEv = ev.Error
-		}
-	}
-	if err := x.Err(); err != nil {
-		t.Errorf("exec stream: %v", err)
+	o := runnertest.Drain(x)
+	if o.Err != nil {
+		t.Errorf("exec stream: %v", o.Err)
 	}
 	return o
 }
 
-func execWait(t testing.TB, s *Session, q guest.SessionRequest) execOut {
+func execWait(t testing.TB, s *Session, q guest.SessionRequest) runnertest.ExecOut {
 	t.Helper()
 	x, err := s.Exec(context.Background(), q)
 	if err != nil {
@@ -97,24 +68,24 @@ func execWait(t testing.TB, s *Session, q guest.SessionRequest) execOut {
 
 func TestSessionExec(t *testing.T) {
 	s, spec, opts := openSession(t)
-	o := execWait(t, s, request(spec, "echo", "hi"))
-	if o.exit == nil || o.exit.ExitCode != 0 || o.stdout != "hi\n" || o.pid <= 0 {
+	o := execWait(t, s, runnertest.SessionRequest(spec, "echo", "hi"))
+	if o.Exit == nil || o.Exit.ExitCode != 0 || o.Stdout != "hi\n" || o.PID <= 0 {
 		t.Fatalf("echo hi: %+v", o)
 	}
-	o = execWait(t, s, request(spec, "sh", "-c", "echo err >&2; exit 3"))
-	if o.exit == nil || o.exit.ExitCode != 3 || o.stderr != "err\n" {
+	o = execWait(t, s, runnertest.SessionRequest(spec, "sh", "-c", "echo err >&2; exit 3"))
+	if o.Exit == nil || o.Exit.ExitCode != 3 || o.Stderr != "err\n" {
 		t.Fatalf("exit 3: %+v", o)
 	}
 	// The command runs as the job's user in the workspace, which it can write.
-	o = execWait(t, s, request(spec, "sh", "-c", "id -u; pwd; echo x > f"))
-	if o.exit == nil || o.exit.ExitCode != 0 || o.stdout != strconv.Itoa(guest.DefaultUID)+"\n"+guest.WorkspaceMount+"\n" {
+	o = execWait(t, s, runnertest.SessionRequest(spec, "sh", "-c", "id -u; pwd; echo x > f"))
+	if o.Exit == nil || o.Exit.ExitCode != 0 || o.Stdout != strconv.Itoa(guest.DefaultUID)+"\n"+guest.WorkspaceMount+"\n" {
 		t.Fatalf("id/pwd: %+v", o)
 	}
 	if b, err := os.ReadFile(filepath.Join(spec.Workspace, "f")); err != nil || string(b) != "x\n" {
 		t.Errorf("workspace file: %q, %v", b, err)
 	}
-	o = execWait(t, s, request(spec, "no-such-command"))
-	if o.errEv == "" || o.exit != nil {
+	o = execWait(t, s, runnertest.SessionRequest(spec, "no-such-command"))
+	if o.Error == "" || o.Exit != nil {
 		t.Errorf("missing command: %+v, want an error event", o)
 	}
 	if !strings.HasPrefix(s.Seccomp(), "sha256:") {
@@ -147,7 +118,7 @@ func TestSessionExec(t *testing.T) {
 
 func TestSessionStdinRoundTrip(t *testing.T) {
 	s, spec, _ := openSession(t)
-	q := request(spec, "cat")
+	q := runnertest.SessionRequest(spec, "cat")
 	q.Stdin = true
 	x, err := s.Exec(context.Background(), q)
 	if err != nil {
@@ -164,8 +135,8 @@ func TestSessionStdinRoundTrip(t *testing.T) {
 		}
 	}()
 	o := drain(t, x)
-	if o.exit == nil || o.exit.ExitCode != 0 || o.stdout != string(in) {
-		t.Fatalf("cat: %d of %d bytes back, exit %+v", len(o.stdout), len(in), o.exit)
+	if o.Exit == nil || o.Exit.ExitCode != 0 || o.Stdout != string(in) {
+		t.Fatalf("cat: %d of %d bytes back, exit %+v", len(o.Stdout), len(in), o.Exit)
 	}
 }
 
@@ -183,10 +154,10 @@ func TestSessionConcurrentExecs(t *testing.T) {
 			script := "touch /tmp/arrived." + strconv.Itoa(i) +
 				"; while [ $(ls /tmp/arrived.* | wc -l) -lt " + strconv.Itoa(n) + " ]; do sleep 0.05; done" +
 				"; echo " + strconv.Itoa(i) + "; exit " + strconv.Itoa(i)
-			q := request(spec, "sh", "-c", script)
+			q := runnertest.SessionRequest(spec, "sh", "-c", script)
 			q.TimeoutMS = 20_000
 			o := execWait(t, s, q)
-			if o.exit == nil || o.exit.TimedOut || o.exit.ExitCode != i || o.stdout != strconv.Itoa(i)+"\n" {
+			if o.Exit == nil || o.Exit.TimedOut || o.Exit.ExitCode != i || o.Stdout != strconv.Itoa(i)+"\n" {
 				t.Errorf("exec %d: %+v", i, o)
 			}
 		}()
@@ -196,18 +167,18 @@ func TestSessionConcurrentExecs(t *testing.T) {
 
 func TestSessionTimeoutAndSignal(t *testing.T) {
 	s, spec, _ := openSession(t)
-	q := request(spec, "sh", "-c", "trap '' TERM; sleep 30")
+	q := runnertest.SessionRequest(spec, "sh", "-c", "trap '' TERM; sleep 30")
 	q.TimeoutMS = 300
 	start := time.Now()
 	o := execWait(t, s, q)
-	if o.exit == nil || !o.exit.TimedOut || o.exit.Signal != "SIGKILL" {
+	if o.Exit == nil || !o.Exit.TimedOut || o.Exit.Signal != "SIGKILL" {
 		t.Fatalf("timeout: %+v", o)
 	}
 	if d := time.Since(start); d > guest.KillGrace+5*time.Second {
 		t.Errorf("timeout took %v", d)
 	}
 
-	x, err := s.Exec(context.Background(), request(spec, "sh", "-c", "echo up; sleep 30"))
+	x, err := s.Exec(context.Background(), runnertest.SessionRequest(spec, "sh", "-c", "echo up; sleep 30"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +195,7 @@ func TestSessionTimeoutAndSignal(t *testing.T) {
 		t.Error("Signal(SIGBOGUS) accepted")
 	}
 	o = drain(t, x)
-	if o.exit == nil || o.exit.Signal != "SIGINT" {
+	if o.Exit == nil || o.Exit.Signal != "SIGINT" {
 		t.Fatalf("signal: %+v", o)
 	}
 }
@@ -235,7 +206,7 @@ func TestSessionTimeoutAndSignal(t *testing.T) {
 func TestSessionDisconnectAndOrphans(t *testing.T) {
 	s, spec, _ := openSession(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	x, err := s.Exec(ctx, request(spec, "sh", "-c", "sleep 60 & echo $!; wait"))
+	x, err := s.Exec(ctx, runnertest.SessionRequest(spec, "sh", "-c", "sleep 60 & echo $!; wait"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,19 +226,19 @@ func TestSessionDisconnectAndOrphans(t *testing.T) {
 	// Seen from inside: the sleeper is gone (or a zombie no longer: ps
 	// state Z would mean no one reaped it).
 	waitFor(t, 5*time.Second, func() bool {
-		o := execWait(t, s, request(spec, "sh", "-c", "test -e /proc/"+child+" && cat /proc/"+child+"/stat; true"))
-		return o.stdout == ""
+		o := execWait(t, s, runnertest.SessionRequest(spec, "sh", "-c", "test -e /proc/"+child+" && cat /proc/"+child+"/stat; true"))
+		return o.Stdout == ""
 	}, "the disconnected exec's sleeper "+child+" to be killed and reaped")
 
 	// An orphan: the shell exits at once, its sleeper outlives it.
-	o := execWait(t, s, request(spec, "sh", "-c", "sleep 0.3 >/dev/null 2>&1 & echo $!; exit 5"))
-	if o.exit == nil || o.exit.ExitCode != 5 {
+	o := execWait(t, s, runnertest.SessionRequest(spec, "sh", "-c", "sleep 0.3 >/dev/null 2>&1 & echo $!; exit 5"))
+	if o.Exit == nil || o.Exit.ExitCode != 5 {
 		t.Fatalf("orphan maker: %+v", o)
 	}
-	orphan := strings.TrimSpace(o.stdout)
+	orphan := strings.TrimSpace(o.Stdout)
 	waitFor(t, 5*time.Second, func() bool {
-		o := execWait(t, s, request(spec, "sh", "-c", "test -e /proc/"+orphan+" && cat /proc/"+orphan+"/stat; true"))
-		return o.stdout == ""
+		o := execWait(t, s, runnertest.SessionRequest(spec, "sh", "-c", "test -e /proc/"+orphan+" && cat /proc/"+orphan+"/stat; true"))
+		return o.Stdout == ""
 	}, "the orphan "+orphan+" to be reaped")
 }
 
@@ -286,7 +257,7 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
 // to the client and leaves nothing behind.
 func TestSessionStopWithRunningExec(t *testing.T) {
 	s, spec, opts := openSession(t)
-	x, err := s.Exec(context.Background(), request(spec, "sleep", "60"))
+	x, err := s.Exec(context.Background(), runnertest.SessionRequest(spec, "sleep", "60"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +281,7 @@ func TestSessionStopWithRunningExec(t *testing.T) {
 		t.Errorf("running exec after Stop: exit %+v, err %v", exit, x.Err())
 	}
 	assertClean(t, opts, spec)
-	if _, err := s.Exec(context.Background(), request(spec, "true")); err == nil {
+	if _, err := s.Exec(context.Background(), runnertest.SessionRequest(spec, "true")); err == nil {
 		t.Error("Exec after Stop worked")
 	}
 }
@@ -356,7 +327,7 @@ func TestSessionOpenCancelled(t *testing.T) {
 // agent: it kills the jail and still removes everything.
 func TestSessionStopCancelled(t *testing.T) {
 	s, spec, opts := openSession(t)
-	x, err := s.Exec(context.Background(), request(spec, "sh", "-c", "trap '' TERM; sleep 60"))
+	x, err := s.Exec(context.Background(), runnertest.SessionRequest(spec, "sh", "-c", "trap '' TERM; sleep 60"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +362,7 @@ func TestSessionSocketHostOnly(t *testing.T) {
 		}
 	}
 	s, spec, _ := openSession(t)
-	q := request(spec, py, "-c", `
+	q := runnertest.SessionRequest(spec, py, "-c", `
 import socket
 s = socket.socket(socket.AF_UNIX)
 s.connect("`+guest.ControlMount+`/`+guest.SessionSocket+`")
@@ -403,11 +374,11 @@ except OSError as e:
 `)
 	q.UID, q.GID = 0, 0
 	o := execWait(t, s, q)
-	if o.exit == nil || o.exit.ExitCode != 0 {
+	if o.Exit == nil || o.Exit.ExitCode != 0 {
 		t.Fatalf("probe: %+v", o)
 	}
-	t.Logf("probe: %q", o.stdout)
-	if strings.Contains(o.stdout, "pong") || !(strings.Contains(o.stdout, "answer: b''") || strings.Contains(o.stdout, "refused:")) {
-		t.Fatalf("a root command inside reached the agent: %q", o.stdout)
+	t.Logf("probe: %q", o.Stdout)
+	if strings.Contains(o.Stdout, "pong") || !(strings.Contains(o.Stdout, "answer: b''") || strings.Contains(o.Stdout, "refused:")) {
+		t.Fatalf("a root command inside reached the agent: %q", o.Stdout)
 	}
 }

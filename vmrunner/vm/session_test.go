@@ -53,49 +53,14 @@ func sessionSpec(t testing.TB, runner string) vmrunner.StepSpec {
 	return spec
 }
 
-func request(spec vmrunner.StepSpec, command ...string) guest.SessionRequest {
-	return guest.SessionRequest{
-		Command: command, Env: spec.Job.Env, Workdir: spec.Job.Workdir,
-		UID: spec.Job.UID, GID: spec.Job.GID,
-	}
-}
-
-type execOut struct {
-	pid            int
-	stdout, stderr string
-	exit           *guest.SessionEvent
-	errEv          string
-	err            error
-}
-
-func drain(x vmrunner.SessionExec) execOut {
-	var o execOut
-	for ev := range x.Events() {
-		switch ev.Type {
-		case guest.EventStarted:
-			o.pid = ev.PID
-		case guest.EventStdout:
-			o.stdout += string(ev.Data)
-		case guest.EventStderr:
-			o.stderr += string(ev.Data)
-		case guest.EventExit:
-			o.exit = &ev
-		case guest.EventError:
-			o.errEv = ev.Error
-		}
-	}
-	o.err = x.(*Exec).Err()
-	return o
-}
-
-func execIn(t *testing.T, s *Session, q guest.SessionRequest) execOut {
+func execIn(t *testing.T, s *Session, q guest.SessionRequest) runnertest.ExecOut {
 	t.Helper()
 	x, err := s.Exec(context.Background(), q)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer x.Close()
-	return drain(x)
+	return runnertest.Drain(x)
 }
 
 // A VM session runs commands on request over the virtio-serial channel:
@@ -107,12 +72,12 @@ func TestSessionInVM(t *testing.T) {
 		t.Errorf("accel %q, want tcg", s.Accel())
 	}
 	for i := range 2 {
-		o := execIn(t, s, request(spec, "echo", "hello"))
-		if o.exit == nil || o.exit.ExitCode != 0 || o.stdout != "hello\n" {
+		o := execIn(t, s, runnertest.SessionRequest(spec, "echo", "hello"))
+		if o.Exit == nil || o.Exit.ExitCode != 0 || o.Stdout != "hello\n" {
 			t.Fatalf("echo %d: %+v", i, o)
 		}
 	}
-	bg, err := s.Exec(context.Background(), request(spec, "sh", "-c", "echo waiting; trap 'echo got TERM; exit 7' TERM; while :; do sleep 0.1; done"))
+	bg, err := s.Exec(context.Background(), runnertest.SessionRequest(spec, "sh", "-c", "echo waiting; trap 'echo got TERM; exit 7' TERM; while :; do sleep 0.1; done"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +91,7 @@ func TestSessionInVM(t *testing.T) {
 		}
 	}
 
-	q := request(spec, "sh", "-c", "cat > in.txt; wc -c < in.txt")
+	q := runnertest.SessionRequest(spec, "sh", "-c", "cat > in.txt; wc -c < in.txt")
 	q.Stdin = true
 	x, err := s.Exec(context.Background(), q)
 	if err != nil {
@@ -139,9 +104,9 @@ func TestSessionInVM(t *testing.T) {
 	if err := x.CloseStdin(); err != nil {
 		t.Fatal(err)
 	}
-	o := drain(x)
+	o := runnertest.Drain(x)
 	x.Close()
-	if o.exit == nil || o.exit.ExitCode != 0 || strings.TrimSpace(o.stdout) != "300000" {
+	if o.Exit == nil || o.Exit.ExitCode != 0 || strings.TrimSpace(o.Stdout) != "300000" {
 		t.Fatalf("stdin: %+v", o)
 	}
 	// What the command wrote is in the host's workspace (the 9p share).
@@ -152,15 +117,15 @@ func TestSessionInVM(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(spec.Workspace, "from-host.txt"), []byte("put by the host\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if o := execIn(t, s, request(spec, "cat", "from-host.txt")); o.exit == nil || o.stdout != "put by the host\n" {
+	if o := execIn(t, s, runnertest.SessionRequest(spec, "cat", "from-host.txt")); o.Exit == nil || o.Stdout != "put by the host\n" {
 		t.Errorf("read a file the host put: %+v", o)
 	}
 
 	if err := bg.Signal("SIGTERM"); err != nil {
 		t.Fatal(err)
 	}
-	o = drain(bg)
-	if o.exit == nil || o.exit.ExitCode != 7 || !strings.Contains(o.stdout, "got TERM") {
+	o = runnertest.Drain(bg)
+	if o.Exit == nil || o.Exit.ExitCode != 7 || !strings.Contains(o.Stdout, "got TERM") {
 		t.Errorf("signalled background command: %+v", o)
 	}
 	if u, err := s.Usage(); err != nil || u.CPUTime <= 0 {
@@ -190,7 +155,7 @@ func TestSessionInVM(t *testing.T) {
 	if _, err := os.Lstat(s.l.r.workDir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("VM working directory (and its sockets) left: %v", err)
 	}
-	if _, err := s.Exec(context.Background(), request(spec, "true")); err == nil {
+	if _, err := s.Exec(context.Background(), runnertest.SessionRequest(spec, "true")); err == nil {
 		t.Error("exec after Stop worked")
 	}
 }
@@ -198,7 +163,7 @@ func TestSessionInVM(t *testing.T) {
 // A command that is running when the session stops is killed with the VM.
 func TestSessionStopWithRunningCommand(t *testing.T) {
 	s, spec, _ := openSession(t)
-	x, err := s.Exec(context.Background(), request(spec, "sleep", "600"))
+	x, err := s.Exec(context.Background(), runnertest.SessionRequest(spec, "sleep", "600"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,8 +173,8 @@ func TestSessionStopWithRunningCommand(t *testing.T) {
 	if err := s.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	o := drain(x)
-	if o.exit != nil && o.exit.Signal != "SIGKILL" {
+	o := runnertest.Drain(x)
+	if o.Exit != nil && o.Exit.Signal != "SIGKILL" {
 		t.Errorf("the command's end: %+v; want it killed", o)
 	}
 }
@@ -258,7 +223,7 @@ func TestOpenRefusesRunnersWithoutTheChannel(t *testing.T) {
 func BenchmarkSessionExec(b *testing.B) {
 	b.Run("session", func(b *testing.B) {
 		s, spec, _ := openSession(b)
-		q := request(spec, "true")
+		q := runnertest.SessionRequest(spec, "true")
 		var ds []time.Duration
 		for b.Loop() {
 			start := time.Now()
