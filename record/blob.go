@@ -235,30 +235,30 @@ func (s *Store) RestoreNAR(h NarHash, dst string) error {
 	return nil
 }
 
+// unpackNAR writes the stored NAR h out at root through a narWalk: a NAR
+// cut short, with too many entries, or with bytes after its end fails, and
+// an unpack that stops early does not leave the NAR reader's goroutine
+// behind.
 func (s *Store) unpackNAR(h NarHash, root string) error {
-	blob, err := s.OpenBlob(h.Blob())
+	w, err := s.openNARWalk(h)
 	if err != nil {
 		return err
 	}
-	defer blob.Close()
-	nr, err := nar.NewReader(blob)
-	if err != nil {
-		return fmt.Errorf("read nar: %w", err)
-	}
-	defer nr.Close()
+	defer w.close()
+	buf := make([]byte, 32<<10)
 	for {
-		hdr, err := nr.Next()
-		if err == io.EOF {
-			break
-		}
+		hdr, err := w.header()
 		if err != nil {
-			return fmt.Errorf("read nar: %w", err)
+			return err
+		}
+		if hdr == nil {
+			break
 		}
 		rel := strings.TrimPrefix(hdr.Path, "/")
 		p := root
 		if rel != "" {
 			if !filepath.IsLocal(rel) {
-				return fmt.Errorf("read nar: entry %q leaves the output", hdr.Path)
+				return fmt.Errorf("read nar %s: entry %q leaves the output", h, hdr.Path)
 			}
 			p = filepath.Join(root, rel)
 		}
@@ -280,23 +280,20 @@ func (s *Store) unpackNAR(h NarHash, root string) error {
 			if err != nil {
 				return err
 			}
-			if _, err := io.Copy(f, nr); err != nil {
+			if _, err := io.CopyBuffer(f, w.nr, buf); err != nil {
 				f.Close()
-				return fmt.Errorf("read nar: %w", err)
+				return fmt.Errorf("read nar %s: %w", h, err)
 			}
 			if err := f.Close(); err != nil {
 				return err
 			}
 		default:
-			return fmt.Errorf("read nar: entry %q has unknown type %v", hdr.Path, hdr.Type)
+			return fmt.Errorf("read nar %s: entry %q has unknown type %v", h, hdr.Path, hdr.Type)
 		}
 	}
-	// Drain the blob so the verifying reader checks the hash of every byte,
-	// trailing ones included.
-	if _, err := io.Copy(io.Discard, blob); err != nil {
-		return err
-	}
-	return nil
+	// The rest of the blob: the verifying reader checks the hash of every
+	// byte, and bytes after the NAR's end are an error.
+	return w.finish()
 }
 
 var refName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)

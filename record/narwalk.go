@@ -1,0 +1,126 @@
+package record
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"github.com/nix-community/go-nix/pkg/nar"
+)
+
+// narWalk reads a stored NAR one entry at a time.
+type narWalk struct {
+	h       NarHash
+	blob    io.ReadCloser
+	src     *abortReader
+	br      *bufio.Reader
+	nr      *nar.Reader
+	entries int
+	buf     []byte // for hashing contents
+	// ended is set once Next returned the end or an error: the NAR
+	// reader's goroutine has then returned.
+	ended bool
+}
+
+// abortReader is what the NAR reader reads. It fails every read once
+// aborted: the NAR reader parses in a goroutine that only returns once it
+// reads the end or an error, so a walk stopped early makes its reads fail
+// (see close). It also notes whether the parser ever hit the end of the
+// bytes: go-nix reports a NAR cut short between two tokens as a clean end,
+// but the parser of a whole NAR stops at its last token without reading on.
+type abortReader struct {
+	r       io.Reader
+	aborted atomic.Bool
+	sawEOF  bool
+}
+
+var errWalkStopped = errors.New("nar walk stopped")
+
+func (a *abortReader) Read(p []byte) (int, error) {
+	if a.aborted.Load() {
+		return 0, errWalkStopped
+	}
+	n, err := a.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		a.sawEOF = true
+	}
+	return n, err
+}
+
+func (s *Store) openNARWalk(h NarHash) (*narWalk, error) {
+	blob, err := s.OpenBlob(h.Blob())
+	if err != nil {
+		return nil, err
+	}
+	return newNARWalk(h, blob)
+}
+
+func newNARWalk(h NarHash, blob io.ReadCloser) (*narWalk, error) {
+	// The NAR reader reads token by token: buffer it.
+	br := bufio.NewReaderSize(blob, 64<<10)
+	src := &abortReader{r: br}
+	nr, err := nar.NewReader(src)
+	if err != nil {
+		blob.Close()
+		return nil, fmt.Errorf("read nar %s: %w", h, err)
+	}
+	return &narWalk{h: h, blob: blob, src: src, br: br, nr: nr}, nil
+}
+
+// header returns the next entry's header, or nil at the end of the NAR. A
+// regular file's contents are then read from w.nr. It guards against what
+// go-nix's reader lets through: a NAR cut short between two tokens (which
+// it reports as a clean end) and a NAR of more than MaxOutputEntries
+// entries.
+func (w *narWalk) header() (*nar.Header, error) {
+	hdr, err := w.nr.Next()
+	if err != nil {
+		w.ended = true
+	}
+	if errors.Is(err, io.EOF) {
+		if w.src.sawEOF {
+			return nil, fmt.Errorf("read nar %s: %w", w.h, io.ErrUnexpectedEOF)
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read nar %s: %w", w.h, err)
+	}
+	w.entries++
+	if w.entries > MaxOutputEntries {
+		return nil, fmt.Errorf("read nar %s: more than %d entries", w.h, MaxOutputEntries)
+	}
+	return hdr, nil
+}
+
+// finish reads the rest of the blob, which checks its hash. Bytes after the
+// NAR's end are an error.
+func (w *narWalk) finish() error {
+	n, err := io.Copy(io.Discard, w.br)
+	if err != nil {
+		return fmt.Errorf("read nar %s: %w", w.h, err)
+	}
+	if n > 0 {
+		return fmt.Errorf("read nar %s: %d bytes after its end", w.h, n)
+	}
+	return nil
+}
+
+// close ends the walk. One stopped before the end makes the NAR reader's
+// goroutine read an error and return, instead of leaving it (and its
+// buffer) blocked for good: Close alone does not stop it.
+func (w *narWalk) close() {
+	if !w.ended {
+		w.src.aborted.Store(true)
+		for {
+			if _, err := w.nr.Next(); err != nil {
+				break
+			}
+		}
+		w.ended = true
+	}
+	w.nr.Close()
+	w.blob.Close()
+}
