@@ -79,11 +79,7 @@ func writeBench(tb testing.TB, path, content string) string {
 // namespace` of a one-step no-op workflow as a process of the real binary
 // (parse, policy, host probe, workspace, netns, cgroup, jail, record,
 // exit), and in the same iterations two baselines: bwrap with the jail's
-// namespaces (ipc, pid, net, uts, cgroup and mount; --unshare-all less the
-// user namespace, which the jail does not use either and which a chroot
-// refuses), read-only /usr, /proc, /dev, a tmpfs /tmp and a bound
-// workspace; and
-// `unshare -fpmniu true`. It reports each median and apply's ratio to them
+// namespaces (bwrapNoop) and `unshare -fpmniu true`. It reports each median and apply's ratio to them
 // (targets: apply under 30 ms, under 10x bwrap).
 func BenchmarkApplyNoop(b *testing.B) {
 	testtier.Root(b)
@@ -98,11 +94,7 @@ func BenchmarkApplyNoop(b *testing.B) {
 		b.Fatal(err)
 	}
 	apply := []string{asb, "apply", "--isolation", "namespace", "--state-dir", state, wf}
-	bw := []string{bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup",
-		"--ro-bind", "/usr", "/usr",
-		"--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", ws, "/workspace", "--chdir", "/workspace",
-		"/usr/bin/true"}
+	bw := bwrapNoop(bwrap, ws)
 	un := []string{unshare, "-fpmniu", "true"}
 	timed(b, apply...) // the first run creates the state directory
 	var ta, tb, tu []time.Duration
@@ -153,25 +145,76 @@ func independentNoops(n int) string {
 }
 
 // BenchmarkApply20Steps runs one apply of 20 independent no-op steps as a
-// process and reports steps per second (target: 100 or more) at the
-// default --jobs and at --jobs 8. Any failed step fails the benchmark.
+// process and reports steps per second (target: 100 or more) at --jobs 2
+// and --jobs 8. Any failed step fails the benchmark. In the same
+// iterations it runs the baseline: the same 20 no-ops as bwrap processes
+// (BenchmarkApplyNoop's command line), as many at a time as --jobs, which
+// is the most a host can do with namespaces alone.
 func BenchmarkApply20Steps(b *testing.B) {
 	testtier.Root(b)
+	bwrap := testtier.Command(b, "root", "bwrap", "apt-get install bubblewrap; scripts/setup.sh installs it")
 	asb := builtCLI(b)
 	dir := b.TempDir()
 	wf := writeBench(b, filepath.Join(dir, "noops.yaml"), independentNoops(20))
-	for _, jobs := range []string{"2", "8"} {
-		b.Run("jobs="+jobs, func(b *testing.B) {
-			state := filepath.Join(dir, "state-"+jobs)
-			var times []time.Duration
+	ws := filepath.Join(dir, "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	bw := bwrapNoop(bwrap, ws)
+	for _, jobs := range []int{2, 8} {
+		b.Run(fmt.Sprintf("jobs=%d", jobs), func(b *testing.B) {
+			state := filepath.Join(dir, fmt.Sprintf("state-%d", jobs))
+			var ta, tb []time.Duration
 			for i := 0; i < b.N; i++ {
-				times = append(times, timed(b, asb, "apply", "--isolation", "namespace", "--jobs", jobs, "--state-dir", state, wf))
+				ta = append(ta, timed(b, asb, "apply", "--isolation", "namespace", "--jobs", fmt.Sprint(jobs), "--state-dir", state, wf))
+				tb = append(tb, timedParallel(b, 20, jobs, bw))
 			}
-			m := median(times)
-			b.ReportMetric(ms(m), "ms/median")
-			b.ReportMetric(20/m.Seconds(), "steps/s")
+			ma, mb := median(ta), median(tb)
+			b.ReportMetric(ms(ma), "ms/median")
+			b.ReportMetric(20/ma.Seconds(), "steps/s")
+			b.ReportMetric(20/mb.Seconds(), "bwrap-steps/s")
 		})
 	}
+}
+
+// bwrapNoop is `true` under bwrap with the jail's namespaces (ipc, pid,
+// net, uts, cgroup and mount; --unshare-all less the user namespace, which
+// the jail does not use either and which a chroot refuses), read-only
+// /usr, /proc, /dev, a tmpfs /tmp and ws bound at /workspace.
+func bwrapNoop(bwrap, ws string) []string {
+	return []string{bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup",
+		"--ro-bind", "/usr", "/usr",
+		"--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", ws, "/workspace", "--chdir", "/workspace",
+		"/usr/bin/true"}
+}
+
+// timedParallel runs argv n times, at most jobs at a time, and returns how
+// long all of them took; any failure stops tb.
+func timedParallel(tb testing.TB, n, jobs int, argv []string) time.Duration {
+	tb.Helper()
+	sem := make(chan struct{}, jobs)
+	errs := make(chan error, n)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+				errs <- fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+			}
+		}()
+	}
+	wg.Wait()
+	d := time.Since(start)
+	close(errs)
+	for err := range errs {
+		tb.Fatal(err)
+	}
+	return d
 }
 
 // TestConcurrentApplies starts 10 apply processes of the real binary at
@@ -242,15 +285,19 @@ func genLargeWorkflow(n int) string {
 }
 
 // BenchmarkValidateRender1000 times `validate` and `render` of a 1,000-step
-// workflow as processes of the real binary, beside `agentsandbox version`
-// (process start alone) in the same iterations. Targets: validate under
-// 80 ms, render under 150 ms.
+// workflow as processes of the real binary, beside two process-start
+// floors in the same iterations: `agentsandbox version` (this binary's
+// start alone) and a static Go program that prints one line (any Go
+// process's start on this host). Targets: validate under 80 ms, render
+// under 150 ms.
 func BenchmarkValidateRender1000(b *testing.B) {
 	asb := builtCLI(b)
+	hello := builtHello(b)
 	dir := b.TempDir()
 	wf := writeBench(b, filepath.Join(dir, "big.yaml"), genLargeWorkflow(1000))
-	var tv, tr, tver []time.Duration
+	var tv, tr, tver, thello []time.Duration
 	for i := 0; i < b.N; i++ {
+		thello = append(thello, timed(b, hello))
 		tver = append(tver, timed(b, asb, "version"))
 		tv = append(tv, timed(b, asb, "validate", wf))
 		out := filepath.Join(dir, fmt.Sprintf("render-%d", i))
@@ -260,6 +307,25 @@ func BenchmarkValidateRender1000(b *testing.B) {
 	b.ReportMetric(ms(median(tv)), "validate-ms/median")
 	b.ReportMetric(ms(median(tr)), "render-ms/median")
 	b.ReportMetric(ms(median(tver)), "version-ms/median")
+	b.ReportMetric(ms(median(thello)), "go-hello-ms/median")
+}
+
+// builtHello builds a static Go program that prints one line: the floor
+// of any Go process's start on this host.
+func builtHello(tb testing.TB) string {
+	tb.Helper()
+	goCmd := testtier.Command(tb, "pure", "go", "the Go toolchain")
+	dir := tb.TempDir()
+	writeBench(tb, filepath.Join(dir, "go.mod"), "module hello\n\ngo 1.22\n")
+	writeBench(tb, filepath.Join(dir, "main.go"), "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello\") }\n")
+	bin := filepath.Join(dir, "hello")
+	cmd := exec.Command(goCmd, "build", "-o", bin, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=", "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("go build hello: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // BenchmarkRerunPipeline times `rerun` of a record of examples/pipeline.yaml
