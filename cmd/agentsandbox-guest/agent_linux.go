@@ -12,7 +12,7 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/guest/agent"
-	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
+	"github.com/agentsandbox/agentsandbox/vmrunner/jail/jailinit"
 )
 
 // Exit statuses when the agent is not PID 1.
@@ -26,7 +26,7 @@ func agentMain(args []string) int {
 	// Started by the host's jail.Start as a namespace jail's init (PID 1 of
 	// its pid namespace, so before the VM check below): build the jail,
 	// then run the job or the program; never returns.
-	jail.MaybeInit()
+	jailinit.MaybeInit()
 	if os.Getpid() == 1 {
 		pid1Main(args) // never returns
 	}

@@ -15,10 +15,13 @@
 // 1 when it could not be, 2 on a usage error.
 //
 // It is also the init of every namespace jail, in namespace isolation and
-// around a VM's hypervisor: the CLI starts it with the hidden argument
-// jail.InitArg, and it builds the jail (vmrunner/jail) and runs the job or
-// the hypervisor there. The CLI finds it next to itself, or at
-// $AGENTSANDBOX_AGENT, and the two check each other's versions first.
+// around a VM's hypervisor: the CLI (vmrunner/jail) starts it with the
+// hidden argument jailwire.InitArg, and it builds the jail
+// (vmrunner/jail/jailinit) and runs the job or the hypervisor there. The
+// CLI finds it next to itself, or at $AGENTSANDBOX_AGENT, and the two check
+// each other's versions first. It links the init's side only, not the
+// parent's: no seccomp compiler, no debug/elf, no compress/... (deps_test.go
+// keeps it so), since every package init runs at every step's start.
 //
 // Build it static: CGO_ENABLED=0 go build ./cmd/agentsandbox-guest.
 package main

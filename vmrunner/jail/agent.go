@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/debug"
+
+	"github.com/agentsandbox/agentsandbox/vmrunner/jail/jailwire"
 )
 
 // AgentName is the agent binary's name, and AgentEnv the variable that
@@ -62,24 +63,6 @@ func (e *AgentError) Error() string {
 
 func (e *AgentError) Unwrap() error { return e.Err }
 
-// BuildID identifies the source a binary was built from: its VCS revision
-// when it was built by the go command from a clean checkout, else "" (a
-// modified tree, a test binary, a Nix build without .git, whose CLI and
-// agent come from one derivation). The handshake compares build ids only
-// when both sides have one.
-func BuildID() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return ""
-	}
-	var rev string
-	for _, s := range bi.Settings {
-		switch {
-		case s.Key == "vcs.revision":
-			rev = s.Value
-		case s.Key == "vcs.modified" && s.Value == "true":
-			return ""
-		}
-	}
-	return rev
-}
+// BuildID identifies the source a binary was built from (see
+// jailwire.BuildID, which the init's hello carries too).
+func BuildID() string { return jailwire.BuildID() }

@@ -21,17 +21,17 @@ func TestHelloCheck(t *testing.T) {
 		{"other protocol", Hello{Protocol: our.Protocol + 1, Job: our.Job}, "jail protocol"},
 		{"other job protocol", Hello{Protocol: our.Protocol, Job: our.Job + 1}, "job protocol"},
 	} {
-		err := c.h.check()
+		err := c.h.Check()
 		if (err == nil) != (c.want == "") || (err != nil && !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("%s: check(%+v) = %v, want %q", c.name, c.h, err, c.want)
 		}
 	}
 	// Build ids count only when both sides have one.
 	if our.Build == "" {
-		if err := (Hello{Protocol: our.Protocol, Job: our.Job, Build: "abc"}).check(); err != nil {
+		if err := (Hello{Protocol: our.Protocol, Job: our.Job, Build: "abc"}).Check(); err != nil {
 			t.Errorf("a build id against none: %v", err)
 		}
-	} else if err := (Hello{Protocol: our.Protocol, Job: our.Job, Build: "abc"}).check(); err == nil {
+	} else if err := (Hello{Protocol: our.Protocol, Job: our.Job, Build: "abc"}).Check(); err == nil {
 		t.Errorf("build abc against %s accepted", our.Build)
 	}
 }

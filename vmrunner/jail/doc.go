@@ -1,8 +1,13 @@
 // Package jail is the sandbox every step runs in, set up the way runc does
-// it. Its init is the static agent (cmd/agentsandbox-guest, the binary that
-// is PID 1 in a VM), which links this package's init stages and calls
-// MaybeInit first thing; the CLI finds it with AgentPath ($AGENTSANDBOX_AGENT,
-// else beside the CLI's own executable).
+// it. This package is the parent's side: Plan, Start, Release, the
+// handshake, AgentPath, and the seccomp profile compiled with
+// vmrunner/seccomp. Its init is the static agent (cmd/agentsandbox-guest,
+// the binary that is PID 1 in a VM), which links the init's side, package
+// vmrunner/jail/jailinit, and calls jailinit.MaybeInit first thing; the CLI
+// finds it with AgentPath ($AGENTSANDBOX_AGENT, else beside the CLI's own
+// executable). What the two sides exchange (the configuration, the Mounts,
+// Rlimits, ExecSpec, the Hello) is package vmrunner/jail/jailwire, which
+// this package re-exports under the same names.
 //
 // The parent (Start) starts the agent with the hidden argument InitArg
 // in new mount, pid, ipc and uts namespaces and a session of its own (no
@@ -66,7 +71,7 @@
 // The jail's mounts live only in its mount namespace: when its last process
 // exits they are gone, so nothing needs unmounting on the host.
 //
-// Any binary whose main calls MaybeInit first can be the init instead
-// (Config.InitPath), such as a test binary; tests of packages that start
-// jails build the agent with testtier.MainWithAgent.
+// Any binary whose main calls jailinit.MaybeInit first can be the init
+// instead (Config.InitPath), such as a test binary; tests of packages that
+// start jails build the agent with testtier.MainWithAgent.
 package jail

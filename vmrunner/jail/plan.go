@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/vmrunner/jail/jailwire"
 	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 )
 
@@ -52,9 +53,9 @@ type Config struct {
 	// place the held child with its Pid before Release.
 	CgroupFD int
 	// InitPath is the binary started as the jail's init; empty means the
-	// agent, found by AgentPath. Any binary whose main calls MaybeInit first
-	// will do. A small one starts faster: every Go package init of the
-	// binary runs before MaybeInit can take over.
+	// agent, found by AgentPath. Any binary whose main calls
+	// jailinit.MaybeInit first will do. A small one starts faster: every Go
+	// package init of the binary runs before MaybeInit can take over.
 	InitPath string
 
 	// Rlimits bound the job (or, in exec mode, the program); zero fields
@@ -78,120 +79,40 @@ type Config struct {
 	initFiles []string
 }
 
-// Rlimits are the resource limits the init sets on itself before it runs
-// the job or the program, which inherit them. RLIMIT_CORE is always 0: a
-// crashing job leaves no core file.
-type Rlimits struct {
-	// NoFileSoft and NoFileHard bound open descriptors; 0 takes
-	// DefaultNoFileSoft and DefaultNoFileHard.
-	NoFileSoft, NoFileHard uint64
-	// FSize bounds the size of any one file the job writes (RLIMIT_FSIZE),
-	// such as the step's disk size; 0 leaves it unlimited.
-	FSize uint64
-}
+// The types the parent shares with the init (package jailwire), under
+// their names in this package.
+type (
+	// Rlimits are the resource limits the init sets on itself before it
+	// runs the job or the program, which inherit them (jailwire.Rlimits).
+	Rlimits = jailwire.Rlimits
+	// ExecSpec is what the jail runs in exec mode (jailwire.ExecSpec).
+	ExecSpec = jailwire.ExecSpec
+	// Op is the kind of one Mount.
+	Op = jailwire.Op
+	// Mount is one step of building the root (jailwire.Mount).
+	Mount = jailwire.Mount
+)
 
 // Default descriptor limits: the usual soft limit, and a hard limit a job
 // may raise its soft limit to.
 const (
-	DefaultNoFileSoft = 1024
-	DefaultNoFileHard = 4096
+	DefaultNoFileSoft = jailwire.DefaultNoFileSoft
+	DefaultNoFileHard = jailwire.DefaultNoFileHard
 )
 
-// withDefaults fills in the defaults and keeps soft <= hard.
-func (r Rlimits) withDefaults() Rlimits {
-	if r.NoFileHard == 0 {
-		r.NoFileHard = max(DefaultNoFileHard, r.NoFileSoft)
-	}
-	if r.NoFileSoft == 0 {
-		r.NoFileSoft = min(DefaultNoFileSoft, r.NoFileHard)
-	}
-	r.NoFileSoft = min(r.NoFileSoft, r.NoFileHard)
-	return r
-}
-
-// ExecSpec is what the jail runs in exec mode, the way Firecracker's
-// jailer runs Firecracker: a program from the host's /usr (or from
-// ClosurePaths) in a root of read-only binds, its device nodes made for it,
-// as UID/GID with no capabilities and no_new_privs.
-type ExecSpec struct {
-	// Argv is the program and its arguments; Argv[0] is an absolute path
-	// inside the jail (host and closure paths keep their names).
-	Argv []string
-	// Env is the program's whole environment.
-	Env []string
-	// Dir is the program's working directory; it must be one of Writable
-	// or below one.
-	Dir string
-	// UID and GID run the program; both must be non-zero. The device
-	// nodes (HypervisorDevices) are made owned by them, mode 0600.
-	UID, GID int
-	// Writable are host directories bound read-write at their own paths
-	// (nosuid, nodev), such as a VM's working directory and the share
-	// sources its symlinks point to.
-	Writable []string
-	// ReadOnly are host paths bound read-only at their own paths (a runner
-	// directory outside the Nix store).
-	ReadOnly []string
-}
-
-// Op is the kind of one Mount.
-type Op string
-
-// The operations a Plan is made of. Targets are paths inside the new root.
+// The operations a Plan is made of (see jailwire).
 const (
-	OpDir     Op = "dir"     // mkdir Target with Mode
-	OpFile    Op = "file"    // write Data to Target with Mode
-	OpSymlink Op = "symlink" // symlink Target -> Source
-	OpBind    Op = "bind"    // bind Source (file or directory) on Target; ReadOnly remounts it read-only
-	OpTmpfs   Op = "tmpfs"   // tmpfs on Target with Data as options
-	OpProc    Op = "proc"    // a fresh proc on Target
-	OpDevpts  Op = "devpts"  // a new devpts instance on Target
-	OpMask    Op = "mask"    // hide Target if it exists: /dev/null over a file, an empty read-only tmpfs over a directory
-	OpRdonly  Op = "rdonly"  // remount Target read-only if it exists
-	OpDevice  Op = "device"  // mknod Target as the character device Source is, with Mode, owned by UID:GID
+	OpDir     = jailwire.OpDir
+	OpFile    = jailwire.OpFile
+	OpSymlink = jailwire.OpSymlink
+	OpBind    = jailwire.OpBind
+	OpTmpfs   = jailwire.OpTmpfs
+	OpProc    = jailwire.OpProc
+	OpDevpts  = jailwire.OpDevpts
+	OpMask    = jailwire.OpMask
+	OpRdonly  = jailwire.OpRdonly
+	OpDevice  = jailwire.OpDevice
 )
-
-// Mount is one step of building the root. Flags are mount flag names
-// ("nosuid", "nodev", "noexec").
-type Mount struct {
-	Op       Op     `json:"op"`
-	Source   string `json:"source,omitempty"`
-	Target   string `json:"target"`
-	Data     string `json:"data,omitempty"`
-	Flags    string `json:"flags,omitempty"`
-	ReadOnly bool   `json:"readOnly,omitempty"`
-	Mode     uint32 `json:"mode,omitempty"`
-	UID      int    `json:"uid,omitempty"`
-	GID      int    `json:"gid,omitempty"`
-}
-
-// String renders the step on one line, for golden files and errors.
-func (m Mount) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-7s %s", m.Op, m.Target)
-	if m.Source != "" {
-		fmt.Fprintf(&b, " <- %s", m.Source)
-	}
-	if m.ReadOnly {
-		b.WriteString(" ro")
-	}
-	if m.Flags != "" {
-		b.WriteString(" " + m.Flags)
-	}
-	if m.Mode != 0 {
-		fmt.Fprintf(&b, " mode=%04o", m.Mode)
-	}
-	if m.UID != 0 || m.GID != 0 {
-		fmt.Fprintf(&b, " owner=%d:%d", m.UID, m.GID)
-	}
-	if m.Data != "" && m.Op != OpFile {
-		fmt.Fprintf(&b, " data=%s", m.Data)
-	}
-	if m.Op == OpFile {
-		fmt.Fprintf(&b, " (%d bytes)", len(m.Data))
-	}
-	return b.String()
-}
 
 // HostFS is what Plan looks at on the host; OSFS is the real one.
 type HostFS interface {

@@ -9,89 +9,34 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/vmrunner/jail/jailwire"
 	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"golang.org/x/sys/unix"
 )
 
 // InitArg is the hidden first argument that makes the agent binary the
-// jail's init.
-const InitArg = "__agentsandbox_init"
-
-// InitProtocol numbers the protocol between Start and the init: the
-// arguments, the _AGENTSANDBOX_* variables, the descriptors, the config
-// JSON and the messages back. Bump it with any change to them; the init
-// says its number in its hello and Release refuses any other.
-const InitProtocol = 1
+// jail's init; InitProtocol numbers the protocol between Start and the
+// init (see jailwire).
+const (
+	InitArg      = jailwire.InitArg
+	InitProtocol = jailwire.InitProtocol
+)
 
 // helloTimeout bounds the wait for the init's hello: a binary that is not
 // an agent of this protocol may never say anything.
 const helloTimeout = 10 * time.Second
 
-// Environment variables that carry descriptor numbers and the stage to the
-// re-executed init.
-const (
-	envConfigFD = "_AGENTSANDBOX_CONFIG_FD" // read end: the parent's config (its arrival is the "go")
-	envStatusFD = "_AGENTSANDBOX_STATUS_FD" // write end: ready/error messages to the parent
-	envNetnsFD  = "_AGENTSANDBOX_NETNS_FD"  // the network namespace to join
-	envStage    = "_AGENTSANDBOX_INIT_STAGE"
-	envExec     = "_AGENTSANDBOX_EXEC" // exec mode: the ExecSpec as JSON, for stage 2
-)
-
-// childConfig is the JSON the parent sends on Release.
-type childConfig struct {
-	RootDir  string    `json:"rootDir"`
-	Hostname string    `json:"hostname"`
-	Plan     []Mount   `json:"plan"`
-	Exec     *ExecSpec `json:"exec,omitempty"`
-	Rlimits  Rlimits   `json:"rlimits"`
-	// Seccomp is the compiled filter; nil only with Config.NoSeccomp.
-	Seccomp seccomp.Program `json:"seccomp,omitempty"`
-}
-
-// message is what the init reports back, one JSON object per message. The
-// first is always its Hello, sent before it reads the config.
-type message struct {
-	Hello *Hello `json:"hello,omitempty"`
-	Ready bool   `json:"ready,omitempty"`
-	Error string `json:"error,omitempty"`
-}
-
-// Hello is the init's half of the version handshake.
-type Hello struct {
-	// Protocol is the init's InitProtocol, Job its guest.ProtocolVersion.
-	Protocol int `json:"protocol"`
-	Job      int `json:"job"`
-	// Build is the init's BuildID ("" when it has none).
-	Build string `json:"build,omitempty"`
-}
+// Hello is the init's half of the version handshake (jailwire.Hello).
+type Hello = jailwire.Hello
 
 // OurHello is this binary's hello.
-func OurHello() Hello {
-	return Hello{Protocol: InitProtocol, Job: guest.ProtocolVersion, Build: BuildID()}
-}
+func OurHello() Hello { return jailwire.OurHello() }
 
-// check says why an init that sent h cannot serve this binary, or nil.
-// The build ids are compared only when both are known (see BuildID).
-func (h Hello) check() error {
-	our := OurHello()
-	switch {
-	case h.Protocol != our.Protocol:
-		return fmt.Errorf("it speaks jail protocol %d, this agentsandbox speaks %d", h.Protocol, our.Protocol)
-	case h.Job != our.Job:
-		return fmt.Errorf("it speaks job protocol %d, this agentsandbox speaks %d", h.Job, our.Job)
-	case h.Build != "" && our.Build != "" && h.Build != our.Build:
-		return fmt.Errorf("it was built from %s, this agentsandbox from %s", h.Build, our.Build)
-	}
-	return nil
-}
-
-// encodedConfig is the childConfig as JSON, or why it could not be made.
+// encodedConfig is the jailwire.ChildConfig as JSON, or why it could not be made.
 type encodedConfig struct {
 	b   []byte
 	err error
@@ -103,7 +48,7 @@ type Process struct {
 	init    string             // the init binary's path
 	config  chan encodedConfig // from Start's encoder, read by Release
 	cfgW    *os.File
-	status  chan message // messages from the init, closed at EOF
+	status  chan jailwire.Message // messages from the init, closed at EOF
 	done    chan struct{}
 	waitErr error
 
@@ -144,7 +89,7 @@ func Start(cfg Config) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start jail: %w", err)
 	}
-	cc := childConfig{RootDir: cfg.RootDir, Hostname: cfg.Hostname, Plan: plan, Exec: cfg.Exec, Rlimits: cfg.Rlimits.withDefaults()}
+	cc := jailwire.ChildConfig{RootDir: cfg.RootDir, Hostname: cfg.Hostname, Plan: plan, Exec: cfg.Exec, Rlimits: cfg.Rlimits.WithDefaults()}
 	// The seccomp filter is compiled (once per profile in this process:
 	// 1-2 ms) and the config encoded while the init execs and its Go
 	// runtime starts, which it does before it can read them anyway.
@@ -190,7 +135,7 @@ func Start(cfg Config) (*Process, error) {
 	cmd.Args[0] = "agentsandbox-init"
 	cmd.ExtraFiles = []*os.File{cfgR, statW, netnsFile} // fds 3, 4, 5
 	cmd.Env = []string{
-		envStage + "=1",
+		jailwire.EnvStage + "=1",
 		// One P: the init runs one job or program and needs no
 		// parallelism, and with fewer Ps the Go runtime has fewer
 		// threads, each of which every AllThreadsSyscall of stage 1
@@ -199,9 +144,9 @@ func Start(cfg Config) (*Process, error) {
 		// and signals. 5 threads became 4 and the privilege drop went
 		// from 5.7-7.1 ms to 2.4-3.1 ms (medians of 15 applies).
 		"GOMAXPROCS=1",
-		envConfigFD + "=3",
-		envStatusFD + "=4",
-		envNetnsFD + "=5",
+		jailwire.EnvConfigFD + "=3",
+		jailwire.EnvStatusFD + "=4",
+		jailwire.EnvNetnsFD + "=5",
 	}
 	console := cfg.Console
 	if console == nil {
@@ -233,7 +178,7 @@ func Start(cfg Config) (*Process, error) {
 		init:   initPath,
 		config: config,
 		cfgW:   cfgW,
-		status: make(chan message, 4),
+		status: make(chan jailwire.Message, 4),
 		done:   make(chan struct{}),
 	}
 	go p.readStatus(statR)
@@ -249,7 +194,7 @@ func (p *Process) readStatus(r *os.File) {
 	defer close(p.status)
 	dec := json.NewDecoder(r)
 	for {
-		var m message
+		var m jailwire.Message
 		if err := dec.Decode(&m); err != nil {
 			return
 		}
@@ -312,7 +257,7 @@ func (p *Process) handshake() error {
 	case m, ok := <-p.status:
 		switch {
 		case ok && m.Hello != nil:
-			if err := m.Hello.check(); err != nil {
+			if err := m.Hello.Check(); err != nil {
 				return &AgentError{Path: p.init, Err: err}
 			}
 			return nil
@@ -438,13 +383,4 @@ func closeInheritedOnExec() error {
 		return fmt.Errorf("mark inherited descriptors close-on-exec: %w", err)
 	}
 	return nil
-}
-
-func fdFromEnv(name string) (int, error) {
-	v := os.Getenv(name)
-	fd, err := strconv.Atoi(v)
-	if err != nil || fd < 3 {
-		return -1, fmt.Errorf("jail init: %s=%q is not a descriptor number (only agentsandbox itself starts the init)", name, v)
-	}
-	return fd, nil
 }

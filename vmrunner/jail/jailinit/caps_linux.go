@@ -1,4 +1,4 @@
-package jail
+package jailinit
 
 import (
 	"crypto/rand"

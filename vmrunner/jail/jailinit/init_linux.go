@@ -1,4 +1,4 @@
-package jail
+package jailinit
 
 import (
 	"context"
@@ -18,29 +18,30 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/guest/agent"
-	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
+	"github.com/agentsandbox/agentsandbox/vmrunner/jail/jailwire"
+	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp/compiled"
 	"golang.org/x/sys/unix"
 )
 
 // MaybeInit runs the jail's init and exits when the binary was started as
-// one (os.Args[1] == InitArg); otherwise it returns at once. The agent
+// one (os.Args[1] == jailwire.InitArg); otherwise it returns at once. The agent
 // (cmd/agentsandbox-guest) calls it first thing in main; a TestMain may
-// too, to let its test binary play the init (Config.InitPath).
+// too, to let its test binary play the init (jail.Config.InitPath).
 func MaybeInit() {
-	if len(os.Args) < 2 || os.Args[1] != InitArg {
+	if len(os.Args) < 2 || os.Args[1] != jailwire.InitArg {
 		return
 	}
-	switch os.Getenv(envStage) {
+	switch os.Getenv(jailwire.EnvStage) {
 	case "1":
 		os.Exit(stage1())
 	case "2":
 		os.Exit(stage2())
 	}
-	fmt.Fprintf(os.Stderr, "%s is internal to agentsandbox; it is not a command\n", InitArg)
+	fmt.Fprintf(os.Stderr, "%s is internal to agentsandbox; it is not a command\n", jailwire.InitArg)
 	os.Exit(2)
 }
 
-func sendMessage(w io.Writer, m message) {
+func sendMessage(w io.Writer, m jailwire.Message) {
 	b, _ := json.Marshal(m)
 	_, _ = w.Write(append(b, '\n'))
 }
@@ -59,7 +60,7 @@ func stage1() int {
 	// reachable by the job's user, and what a job creates does not depend
 	// on the caller. The umask is per process: stage 2 and the job inherit it.
 	unix.Umask(0o022)
-	statusFD, err := fdFromEnv(envStatusFD)
+	statusFD, err := fdFromEnv(jailwire.EnvStatusFD)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -67,17 +68,17 @@ func stage1() int {
 	status := os.NewFile(uintptr(statusFD), "status")
 	// The handshake: the parent sends the config only to an init that
 	// speaks its protocol.
-	hello := OurHello()
-	sendMessage(status, message{Hello: &hello})
+	hello := jailwire.OurHello()
+	sendMessage(status, jailwire.Message{Hello: &hello})
 	fail := func(err error) int {
-		sendMessage(status, message{Error: "jail setup: " + err.Error()})
+		sendMessage(status, jailwire.Message{Error: "jail setup: " + err.Error()})
 		return 1
 	}
-	cfgFD, err := fdFromEnv(envConfigFD)
+	cfgFD, err := fdFromEnv(jailwire.EnvConfigFD)
 	if err != nil {
 		return fail(err)
 	}
-	netnsFD, err := fdFromEnv(envNetnsFD)
+	netnsFD, err := fdFromEnv(jailwire.EnvNetnsFD)
 	if err != nil {
 		return fail(err)
 	}
@@ -87,7 +88,7 @@ func stage1() int {
 	}
 	// Held here until the parent has placed us in the cgroup.
 	cfgFile := os.NewFile(uintptr(cfgFD), "config")
-	var cfg childConfig
+	var cfg jailwire.ChildConfig
 	if err := json.NewDecoder(cfgFile).Decode(&cfg); err != nil {
 		if errors.Is(err, io.EOF) {
 			return 1 // the parent gave up before releasing us
@@ -133,25 +134,25 @@ func stage1() int {
 		}
 		return runAgent(status, statusFD)
 	}
-	env := []string{envStage + "=2", envStatusFD + "=" + strconv.Itoa(statusFD)}
+	env := []string{jailwire.EnvStage + "=2", jailwire.EnvStatusFD + "=" + strconv.Itoa(statusFD)}
 	if cfg.Exec != nil {
 		b, err := json.Marshal(cfg.Exec)
 		if err != nil {
 			return fail(fmt.Errorf("encode exec spec for stage 2: %w", err))
 		}
-		env = append(env, envExec+"="+string(b))
+		env = append(env, jailwire.EnvExec+"="+string(b))
 	}
 	if err := lastSteps(cfg.Seccomp, statusFD); err != nil {
 		return fail(err)
 	}
-	err = unix.Exec("/proc/self/exe", []string{"agentsandbox-init", InitArg}, env)
+	err = unix.Exec("/proc/self/exe", []string{"agentsandbox-init", jailwire.InitArg}, env)
 	return fail(fmt.Errorf("exec init stage 2: %w", err))
 }
 
 // closeInherited closes every descriptor from 3 up that is not in keep and
 // came through exec (it lacks close-on-exec: the Go runtime opens all of
 // its own with it) and marks the rest close-on-exec. The parent passes
-// nothing else on purpose (Start marks its own inherited descriptors
+// nothing else on purpose (jail.Start marks its own inherited descriptors
 // close-on-exec), so this is the second line: a descriptor that got here
 // anyway is closed before anything of the job's runs, and is not left open
 // in PID 1 for a job running as root to reach through /proc/1/fd.
@@ -184,7 +185,7 @@ func closeInherited(keep ...int) error {
 // setRlimits sets the jail's resource limits on the init, which the job or
 // the program inherits. syscall.Setrlimit (not unix's) also tells the Go
 // runtime not to restore its own start-up RLIMIT_NOFILE in children.
-func setRlimits(r Rlimits) error {
+func setRlimits(r jailwire.Rlimits) error {
 	for _, l := range []struct {
 		name     string
 		resource int
@@ -209,8 +210,8 @@ func setRlimits(r Rlimits) error {
 // lastSteps runs just before the init hands over (to stage 2, the agent or
 // the program): every descriptor but passFD (-1: none) close-on-exec,
 // then the seccomp filter, on every thread. p is nil only when the jail was
-// started with NoSeccomp.
-func lastSteps(p seccomp.Program, passFD int) error {
+// started with jail.Config.NoSeccomp.
+func lastSteps(p compiled.Program, passFD int) error {
 	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fmt.Errorf("mark descriptors close-on-exec: %w", err)
 	}
@@ -227,7 +228,7 @@ func lastSteps(p seccomp.Program, passFD int) error {
 
 // stage2 is the re-executed init of a cgo binary.
 func stage2() int {
-	statusFD, err := fdFromEnv(envStatusFD)
+	statusFD, err := fdFromEnv(jailwire.EnvStatusFD)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -237,10 +238,10 @@ func stage2() int {
 		return 2
 	}
 	status := os.NewFile(uintptr(statusFD), "status")
-	if v, ok := os.LookupEnv(envExec); ok {
-		var x ExecSpec
+	if v, ok := os.LookupEnv(jailwire.EnvExec); ok {
+		var x jailwire.ExecSpec
 		if err := json.Unmarshal([]byte(v), &x); err != nil {
-			sendMessage(status, message{Error: fmt.Sprintf("jail setup: decode exec spec: %v", err)})
+			sendMessage(status, jailwire.Message{Error: fmt.Sprintf("jail setup: decode exec spec: %v", err)})
 			return 1
 		}
 		return runExec(status, statusFD, &x)
@@ -254,10 +255,10 @@ func stage2() int {
 // inherited), reports ready, forwards SIGTERM and SIGINT to it, reaps every
 // child that ends up with it, and returns the program's exit status, or
 // 128+n when signal n killed it.
-func runExec(status *os.File, statusFD int, x *ExecSpec) int {
+func runExec(status *os.File, statusFD int, x *jailwire.ExecSpec) int {
 	unix.CloseOnExec(statusFD)
 	fail := func(err error) int {
-		sendMessage(status, message{Error: "jail setup: " + err.Error()})
+		sendMessage(status, jailwire.Message{Error: "jail setup: " + err.Error()})
 		return 1
 	}
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
@@ -281,7 +282,7 @@ func runExec(status *os.File, statusFD int, x *ExecSpec) int {
 	if err != nil {
 		return fail(fmt.Errorf("start %s as uid %d: %w", x.Argv[0], x.UID, err))
 	}
-	sendMessage(status, message{Ready: true})
+	sendMessage(status, jailwire.Message{Ready: true})
 	go func() {
 		for s := range sigs {
 			_ = proc.Signal(s)
@@ -294,7 +295,7 @@ func runExec(status *os.File, statusFD int, x *ExecSpec) int {
 			continue
 		}
 		if err != nil {
-			sendMessage(status, message{Error: fmt.Sprintf("wait for %s: %v", x.Argv[0], err)})
+			sendMessage(status, jailwire.Message{Error: fmt.Sprintf("wait for %s: %v", x.Argv[0], err)})
 			return 1
 		}
 		if pid != proc.Pid {
@@ -317,14 +318,14 @@ func runAgent(status *os.File, statusFD int) int {
 	unix.CloseOnExec(statusFD) // the job must not inherit it
 	// Die with the host side even if it is killed hard.
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
-		sendMessage(status, message{Error: fmt.Sprintf("jail setup: set parent death signal: %v", err)})
+		sendMessage(status, jailwire.Message{Error: fmt.Sprintf("jail setup: set parent death signal: %v", err)})
 		return 1
 	}
-	sendMessage(status, message{Ready: true})
+	sendMessage(status, jailwire.Message{Ready: true})
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	// The jail shares the host's kernel: no fsyncs needed (see RunOptions).
+	// The jail shares the host's kernel: no fsyncs needed (see agent.RunOptions).
 	var err error
 	if job, jerr := agent.ReadJob(guest.ControlMount); jerr == nil && job.Session {
 		// A long-lived sandbox: serve commands on the control directory's
@@ -334,11 +335,11 @@ func runAgent(status *os.File, statusFD int) int {
 		_, err = agent.RunJobWith(ctx, guest.ControlMount, os.Stdout, agent.RunOptions{NoSync: true})
 	}
 	if err != nil {
-		sendMessage(status, message{Error: "run job: " + err.Error()})
+		sendMessage(status, jailwire.Message{Error: "run job: " + err.Error()})
 		return 1
 	}
 	if _, err := os.Stat(filepath.Join(guest.ControlMount, guest.ResultFile)); err != nil {
-		sendMessage(status, message{Error: "run job: no result written: " + err.Error()})
+		sendMessage(status, jailwire.Message{Error: "run job: no result written: " + err.Error()})
 		return 1
 	}
 	return 0
@@ -360,7 +361,7 @@ func parseFlags(s string) uintptr {
 
 // buildRoot mounts the root tmpfs on cfg.RootDir, applies the plan, makes
 // the root read-only and pivots into it.
-func buildRoot(cfg childConfig) error {
+func buildRoot(cfg jailwire.ChildConfig) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
@@ -402,35 +403,35 @@ func pivot(root string) error {
 	return nil
 }
 
-func apply(root string, m Mount) error {
+func apply(root string, m jailwire.Mount) error {
 	dst := filepath.Join(root, m.Target)
 	flags := parseFlags(m.Flags)
 	wrap := func(what string, err error) error {
 		return fmt.Errorf("%s %s: %w", what, m.Target, err)
 	}
 	switch m.Op {
-	case OpDir:
+	case jailwire.OpDir:
 		if err := os.MkdirAll(dst, 0o755); err != nil {
 			return wrap("mkdir", err)
 		}
 		if err := os.Chmod(dst, os.FileMode(m.Mode)); err != nil {
 			return wrap("chmod", err)
 		}
-	case OpFile:
+	case jailwire.OpFile:
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return wrap("mkdir for", err)
 		}
 		if err := os.WriteFile(dst, []byte(m.Data), os.FileMode(m.Mode)); err != nil {
 			return wrap("write", err)
 		}
-	case OpSymlink:
+	case jailwire.OpSymlink:
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return wrap("mkdir for", err)
 		}
 		if err := os.Symlink(m.Source, dst); err != nil {
 			return wrap("symlink", err)
 		}
-	case OpBind:
+	case jailwire.OpBind:
 		fi, err := os.Stat(m.Source)
 		if err != nil {
 			return wrap("bind", err)
@@ -448,28 +449,28 @@ func apply(root string, m Mount) error {
 		if err := unix.Mount("", dst, "", rf, ""); err != nil {
 			return fmt.Errorf("remount bind of %s on %s (%s): %w", m.Source, m.Target, m.Flags, err)
 		}
-	case OpTmpfs:
+	case jailwire.OpTmpfs:
 		if err := mountPoint(dst, true); err != nil {
 			return wrap("mount tmpfs on", err)
 		}
 		if err := unix.Mount("tmpfs", dst, "tmpfs", flags, m.Data); err != nil {
 			return wrap("mount tmpfs on", err)
 		}
-	case OpProc:
+	case jailwire.OpProc:
 		if err := mountPoint(dst, true); err != nil {
 			return wrap("mount proc on", err)
 		}
 		if err := unix.Mount("proc", dst, "proc", flags, ""); err != nil {
 			return wrap("mount proc on", err)
 		}
-	case OpDevpts:
+	case jailwire.OpDevpts:
 		if err := mountPoint(dst, true); err != nil {
 			return wrap("mount devpts on", err)
 		}
 		if err := unix.Mount("devpts", dst, "devpts", flags, m.Data); err != nil {
 			return wrap("mount devpts on", err)
 		}
-	case OpMask:
+	case jailwire.OpMask:
 		fi, err := os.Stat(dst)
 		if errors.Is(err, os.ErrNotExist) {
 			return nil
@@ -485,7 +486,7 @@ func apply(root string, m Mount) error {
 		if err != nil {
 			return wrap("mask", err)
 		}
-	case OpRdonly:
+	case jailwire.OpRdonly:
 		if _, err := os.Stat(dst); errors.Is(err, os.ErrNotExist) {
 			return nil
 		}
@@ -495,7 +496,7 @@ func apply(root string, m Mount) error {
 		if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 			return wrap("remount read-only", err)
 		}
-	case OpDevice:
+	case jailwire.OpDevice:
 		var st unix.Stat_t
 		if err := unix.Stat(m.Source, &st); err != nil {
 			return fmt.Errorf("stat device %s: %w", m.Source, err)
@@ -534,4 +535,13 @@ func mountPoint(p string, dir bool) error {
 		return err
 	}
 	return f.Close()
+}
+
+func fdFromEnv(name string) (int, error) {
+	v := os.Getenv(name)
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return -1, fmt.Errorf("jail init: %s=%q is not a descriptor number (only agentsandbox itself starts the init)", name, v)
+	}
+	return fd, nil
 }
