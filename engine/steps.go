@@ -109,6 +109,7 @@ func policyRecord(d *policy.Decision) *record.Policy {
 		Deny:         nonNil(d.Deny),
 		Warn:         nonNil(d.Warn),
 		EvalTimeNs:   d.EvalTime.Nanoseconds(),
+		Cached:       d.Cached,
 	}
 }
 

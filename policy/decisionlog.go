@@ -71,10 +71,12 @@ type DecisionEvent struct {
 	Erased      []string  `json:"erased,omitempty"`
 	RequestedBy string    `json:"requested_by,omitempty"`
 	Timestamp   time.Time `json:"timestamp"`
-	// Metrics holds timer_rego_query_eval_ns, the evaluation's duration.
+	// Metrics holds timer_rego_query_eval_ns, the evaluation's duration,
+	// or timer_decision_cache_ns for a decision read from a DecisionCache.
 	Metrics map[string]any `json:"metrics,omitempty"`
 	// Custom holds input_digest, the sha256 of the input document's exact
-	// bytes, whether the input is logged or not (Decision.InputDigest).
+	// bytes, whether the input is logged or not (Decision.InputDigest),
+	// and cached: true for a decision read from a DecisionCache.
 	Custom map[string]any `json:"custom,omitempty"`
 }
 
@@ -111,7 +113,13 @@ func AdmissionEvent(d *Decision, input []byte, o EventOptions) (DecisionEvent, e
 		Deny    []string `json:"deny"`
 		Warn    []string `json:"warn"`
 	}{d.Allowed(), orEmpty(d.Deny), orEmpty(d.Warn)}
-	return newEvent("admission", d.ID, d.BundleDigest, d.InputDigest, AdmissionPath, input, result, d.EvalTime, o)
+	ev, err := newEvent("admission", d.ID, d.BundleDigest, d.InputDigest, AdmissionPath, input, result, d.EvalTime, o)
+	if err == nil && d.Cached {
+		// No query ran: the decision came from a DecisionCache.
+		ev.Metrics = map[string]any{"timer_decision_cache_ns": d.EvalTime.Nanoseconds()}
+		ev.Custom["cached"] = true
+	}
+	return ev, err
 }
 
 // ActionEvent is the event of an action decision whose input was a;

@@ -65,6 +65,10 @@ type Decision struct {
 	Warn []string `json:"warn"`
 	// EvalTime is how long the evaluation took (not part of any digest).
 	EvalTime time.Duration `json:"evalTimeNs"`
+	// Cached is set on a decision read back from a DecisionCache instead
+	// of evaluated (EvalTime is then the lookup's); the evaluation it
+	// stands for gave the same decision, since evaluation is deterministic.
+	Cached bool `json:"cached,omitempty"`
 	// SeccompAllow is the policy data agentsandbox.seccomp.allow: step
 	// name, or "*" for every step, to the system calls that step's job may
 	// make beyond the jail's default seccomp filter. BundleDigest pins it.
@@ -132,6 +136,12 @@ func (e *Engine) Eval(ctx context.Context, w *workflow.Workflow, host Host) (*De
 	if err != nil {
 		return nil, err
 	}
+	return e.evalInput(ctx, in, start)
+}
+
+// evalInput evaluates the input document in (InputDocument's bytes); the
+// decision's EvalTime counts from start.
+func (e *Engine) evalInput(ctx context.Context, in []byte, start time.Time) (*Decision, error) {
 	value, err := jsonToValue(in)
 	if err != nil {
 		return nil, fmt.Errorf("policy input: %w", err)

@@ -139,6 +139,10 @@ type Policy struct {
 	Deny         []string `json:"deny"`
 	Warn         []string `json:"warn"`
 	EvalTimeNs   int64    `json:"evalTimeNs"`
+	// Cached is true when the decision was read from the policy decision
+	// cache (policy.DecisionCache) instead of evaluated; EvalTimeNs is
+	// then the lookup's.
+	Cached bool `json:"cached,omitempty"`
 	// DecisionLog is the blob of the run's decisions as OPA decision log
 	// lines (policy.DecisionEvent), the admission first; nil in records
 	// written before it existed.

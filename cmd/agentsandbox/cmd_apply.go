@@ -130,7 +130,7 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 	host := engine.ProbeHost(ctx, kvmProbeFor(opts.Accel))
 	// The engine admits what it runs: this policy, evaluated on the
 	// workflow with each step's resolved isolation.
-	pol, err := loadPolicy(ctx, opts.Policy, path)
+	pol, err := cachedPolicy(opts.Policy, path, store.Dir())
 	if err != nil {
 		return err
 	}
@@ -183,7 +183,7 @@ type applyRun struct {
 	Store     *record.Store
 	Parent    *record.ID
 	Host      engine.Host
-	Policy    *policy.Engine
+	Policy    *policy.CachedEngine
 	Fetch     engine.FetchFunc
 	// Report, when set, prints more about a finished run after the
 	// summary, before the record id (rerun: its comparison).

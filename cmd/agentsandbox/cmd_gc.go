@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 )
 
@@ -27,7 +29,9 @@ runs still alive are left alone. Directories are never removed through a
 mount. Run directories (workspaces, logs) live in the state directory: pass
 the same --state-dir the applies used. There gc also removes workspace
 templates (quota-templates/) that no apply will use: those of dead
-processes' unfinished makes, torn ones, and those of an older mkfs.ext4.` + exitStatusHelp,
+processes' unfinished makes, torn ones, and those of an older mkfs.ext4;
+and admission decisions (policy-cache/) of other agentsandbox binaries or
+unused for 30 days.` + exitStatusHelp,
 		Example: "  agentsandbox gc\n  agentsandbox gc --state-dir /srv/agentsandbox",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -37,6 +41,10 @@ processes' unfinished makes, torn ones, and those of an older mkfs.ext4.` + exit
 	cmd.Flags().StringVar(&opts.StateDir, "state-dir", "", "the state directory the applies used (default $XDG_STATE_HOME/agentsandbox, /var/lib/agentsandbox for root)")
 	return cmd
 }
+
+// decisionCacheMaxAge is how long gc keeps an admission decision no
+// command has used.
+const decisionCacheMaxAge = 30 * 24 * time.Hour
 
 func runGC(_ context.Context, stdio Stdio, opts gcOptions) error {
 	// Without the state directory there are no run directories to clean,
@@ -50,6 +58,8 @@ func runGC(_ context.Context, stdio Stdio, opts gcOptions) error {
 	if serr != nil {
 		return errors.Join(err, serr)
 	}
+	decisions, derr := policy.GCDecisionCache(policyCacheDir(store.Dir()), decisionCacheMaxAge)
+	removed, err = append(removed, decisions...), errors.Join(err, derr)
 	for _, r := range removed {
 		fmt.Fprintf(stdio.Out, "removed %s\n", r)
 	}

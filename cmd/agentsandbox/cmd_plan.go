@@ -105,7 +105,11 @@ func runPlan(ctx context.Context, stdio Stdio, opts planOptions, args []string) 
 	if err != nil {
 		return err
 	}
-	if _, err := admit(ctx, opts.policy, path, plan, host, stdio.Err); err != nil {
+	pol, err := cachedPolicy(opts.policy, path, defaultStateDir())
+	if err != nil {
+		return err
+	}
+	if _, err := admit(ctx, pol, plan, host, stdio.Err); err != nil {
 		return err
 	}
 	p := planJSON{File: path, Name: w.Name, Hash: w.Hash(), Nixpkgs: w.Nixpkgs, Microvm: w.Microvm, Waves: [][]planStep{}, Environments: []planEnv{}}

@@ -148,7 +148,15 @@ func TestAdmit(t *testing.T) {
 	w.Steps[0].Resources.TimeoutMS = 0
 	host := policy.Host{Isolation: []string{"namespace", "vm"}, KVM: true, Nix: true}
 	var stderr bytes.Buffer
-	d, err := admit(context.Background(), policyOptions{}, wfPath, w, host, &stderr)
+	state := t.TempDir() // the decision cache's state directory
+	admitWith := func(opts policyOptions) (*policy.Decision, error) {
+		pol, err := cachedPolicy(opts, wfPath, state)
+		if err != nil {
+			return nil, err
+		}
+		return admit(context.Background(), pol, w, host, &stderr)
+	}
+	d, err := admitWith(policyOptions{})
 	if exitCode(err) != ExitDenied || d == nil {
 		t.Fatalf("admit: %v (exit %d)", err, exitCode(err))
 	}
@@ -156,19 +164,28 @@ func TestAdmit(t *testing.T) {
 	if !errors.As(err, &denied) || !strings.Contains(err.Error(), `deny: step "fetch": network.allow "*" opens all egress`) {
 		t.Fatalf("err = %v", err)
 	}
-	if got := stderr.String(); got != "warning: step \"fetch\": resources.timeoutMs is not set, so the step may run forever; set a timeout\n" {
-		t.Errorf("stderr = %q", got)
+	const warning = "warning: step \"fetch\": resources.timeoutMs is not set, so the step may run forever; set a timeout\n"
+	if got := stderr.String(); got != warning || d.Cached {
+		t.Errorf("stderr = %q, cached %v", got, d.Cached)
+	}
+	// Again: the same decision, read from the cache, warnings and all.
+	stderr.Reset()
+	again, err := admitWith(policyOptions{})
+	if exitCode(err) != ExitDenied || !again.Cached || again.ID != d.ID || !slices.Equal(again.Deny, d.Deny) || stderr.String() != warning {
+		t.Fatalf("cached admission: %v, %+v, stderr %q", err, again, stderr.String())
 	}
 
 	// Data from the flags lifts the deny; the workflow's folder is read too.
 	data := writeTestFile(t, filepath.Join(t.TempDir(), "d.yaml"), "agentsandbox:\n  open_egress: []\n  require_egress_port: false\n  warn_no_timeout: false\n")
 	stderr.Reset()
-	if d, err = admit(context.Background(), policyOptions{DataFiles: []string{data}}, wfPath, w, host, &stderr); err != nil || !d.Allowed() || stderr.Len() != 0 {
+	if d, err = admitWith(policyOptions{DataFiles: []string{data}}); err != nil || !d.Allowed() || d.Cached || stderr.Len() != 0 {
 		t.Fatalf("with data: %v, %+v, stderr %q", err, d, stderr.String())
 	}
 
 	bad := writeTestFile(t, filepath.Join(filepath.Dir(wfPath), ".agentsandbox", "policy", "bad.rego"), "package agentsandbox\n\ndeny contains x if { x := undefined_thing }\n")
-	_, err = admit(context.Background(), policyOptions{}, wfPath, w, host, &stderr)
+	// A new team rule is a new bundle: not the cached decision, and its
+	// mistake is reported.
+	_, err = admitWith(policyOptions{})
 	if exitCode(err) != ExitInvalid || !strings.Contains(err.Error(), bad+":3:") {
 		t.Fatalf("bad team rule: %v (exit %d)", err, exitCode(err))
 	}

@@ -158,7 +158,7 @@ func runRerun(ctx context.Context, stdio Stdio, opts rerunOptions, args []string
 	if opts.Dir != "" {
 		policyPath = filepath.Join(opts.Dir, filepath.Base(path))
 	}
-	pol, err := loadPolicy(ctx, opts.Apply.Policy, policyPath)
+	pol, err := cachedPolicy(opts.Apply.Policy, policyPath, store.Dir())
 	if err != nil {
 		return err
 	}

@@ -52,20 +52,24 @@ Exit status:
 func runValidate(ctx context.Context, stdio Stdio, opts validateOptions, args []string) error {
 	worst := ExitOK
 	var host *policy.Host
+	stateDir := defaultStateDir()
 	for _, path := range args {
-		// Compile the policy on the other core while this one parses: a
-		// valid workflow's admission then finds it in policy.Load's cache.
-		// Errors are left for admit to report.
-		compiled := make(chan struct{})
-		go func() {
-			defer close(compiled)
-			_, _ = loadPolicy(ctx, opts.Policy, path)
-		}()
+		pol, polErr := cachedPolicy(opts.Policy, path, stateDir)
+		if polErr == nil {
+			// Compile the policy on the other core while this one
+			// parses, in case the decision is not in the cache: admit
+			// then finds it compiled. Errors are left for admit.
+			go func() { _, _ = pol.Engine(ctx) }()
+		}
 		w, _, err := loadWorkflow(path, opts.Policy.parseOptions()...)
-		<-compiled
 		if err != nil {
 			worst = max(worst, ExitInvalid)
 			reportLoadError(stdio.Err, err)
+			continue
+		}
+		if polErr != nil {
+			worst = max(worst, exitCode(polErr))
+			fmt.Fprintf(stdio.Err, "%s: %v\n", path, polErr)
 			continue
 		}
 		if host == nil {
@@ -76,7 +80,7 @@ func runValidate(ctx context.Context, stdio Stdio, opts validateOptions, args []
 		if err != nil {
 			return err
 		}
-		if _, err := admit(ctx, opts.Policy, path, plan, *host, stdio.Err); err != nil {
+		if _, err := admit(ctx, pol, plan, *host, stdio.Err); err != nil {
 			worst = max(worst, exitCode(err))
 			fmt.Fprintf(stdio.Err, "%s: %v\n", path, err)
 			continue

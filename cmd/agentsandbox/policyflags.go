@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/pflag"
 
 	"github.com/agentsandbox/agentsandbox/policy"
+	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -62,9 +64,11 @@ func (o policyOptions) options(wfPath string) policy.Options {
 	return opts
 }
 
-// loadPolicy loads the policy for the workflow at wfPath: the flags' sources
-// and the workflow's own .agentsandbox/policy folder. Mistakes in the
-// sources exit with status 2.
+// loadPolicy loads and compiles the policy for the workflow at wfPath: the
+// flags' sources and the workflow's own .agentsandbox/policy folder.
+// Mistakes in the sources exit with status 2. serve, which compiles once
+// for its whole life, and `policy eval` use it; the commands that admit a
+// workflow once per process use cachedPolicy.
 func loadPolicy(ctx context.Context, opts policyOptions, wfPath string) (*policy.Engine, error) {
 	e, err := policy.Load(ctx, opts.options(wfPath))
 	if err != nil {
@@ -73,17 +77,47 @@ func loadPolicy(ctx context.Context, opts policyOptions, wfPath string) (*policy
 	return e, nil
 }
 
-// admit runs policy admission for the workflow w read from wfPath on host;
-// w is the resolved plan (engine.Resolve), so that validate and plan judge
-// what apply runs. It prints every warning to stderr as "warning: MESSAGE".
-// A denial returns the decision and a *policy.DeniedError listing every
-// message (exit status 3); mistakes in the policy sources exit with status 2.
-func admit(ctx context.Context, opts policyOptions, wfPath string, w *workflow.Workflow, host policy.Host, stderr io.Writer) (*policy.Decision, error) {
-	e, err := loadPolicy(ctx, opts, wfPath)
-	if err != nil {
-		return nil, err
+// cachedPolicy reads the same sources as loadPolicy but compiles them only
+// when a decision is not in the decision cache of the state directory
+// stateDir (STATEDIR/policy-cache; "" or a state directory that does not
+// exist: no cache). Mistakes in reading the sources exit with status 2
+// here; mistakes that only compiling finds, at admission.
+func cachedPolicy(opts policyOptions, wfPath, stateDir string) (*policy.CachedEngine, error) {
+	var cache *policy.DecisionCache
+	if stateDir != "" {
+		cache, _ = policy.OpenDecisionCache(policyCacheDir(stateDir)) // without one, every admission evaluates
 	}
-	d, err := e.Eval(ctx, w, host)
+	e, err := policy.LoadCached(opts.options(wfPath), cache)
+	if err != nil {
+		return nil, policyExit(err)
+	}
+	return e, nil
+}
+
+// policyCacheDir is where the state directory keeps admission decisions
+// (policy.DecisionCache).
+func policyCacheDir(stateDir string) string {
+	return filepath.Join(stateDir, "policy-cache")
+}
+
+// defaultStateDir is the state directory of a command without
+// --state-dir, or "" when there is none.
+func defaultStateDir() string {
+	d, err := record.DefaultStateDir()
+	if err != nil {
+		return ""
+	}
+	return d
+}
+
+// admit runs policy admission of the workflow w under pol on host; w is
+// the resolved plan (engine.Resolve), so that validate and plan judge what
+// apply runs. It prints every warning to stderr as "warning: MESSAGE". A
+// denial returns the decision and a *policy.DeniedError listing every
+// message (exit status 3); mistakes in the policy sources exit with
+// status 2.
+func admit(ctx context.Context, pol *policy.CachedEngine, w *workflow.Workflow, host policy.Host, stderr io.Writer) (*policy.Decision, error) {
+	d, err := pol.Eval(ctx, w, host)
 	if err != nil {
 		return nil, policyExit(err)
 	}
