@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -92,4 +93,53 @@ func BenchmarkLoadDefaultCached(b *testing.B) {
 		_, err := Load(ctx, Options{})
 		return err
 	})
+}
+
+// BenchmarkAdmitProcess is what one process pays to admit a workflow of
+// 1, 100 or 1,000 steps under the default policy: "evaluated" reads,
+// compiles and evaluates (the engine cache emptied first, as in a new
+// process); "cached" reads the sources and finds the decision in a
+// DecisionCache, which a process that admitted the same workflow before
+// left there. The first is the baseline of the second.
+func BenchmarkAdmitProcess(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{1, 100, 1000} {
+		w := generated(n)
+		b.Run(fmt.Sprintf("steps=%d/evaluated", n), func(b *testing.B) {
+			loop(b, func() error {
+				engines.reset()
+				e, err := LoadCached(Options{}, nil)
+				if err != nil {
+					return err
+				}
+				_, err = e.Eval(ctx, w, vmHost)
+				return err
+			})
+		})
+		b.Run(fmt.Sprintf("steps=%d/cached", n), func(b *testing.B) {
+			cache, err := OpenDecisionCache(filepath.Join(b.TempDir(), "policy-cache"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			warm, err := LoadCached(Options{}, cache)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := warm.Eval(ctx, w, vmHost); err != nil {
+				b.Fatal(err)
+			}
+			loop(b, func() error {
+				engines.reset()
+				e, err := LoadCached(Options{}, cache)
+				if err != nil {
+					return err
+				}
+				d, err := e.Eval(ctx, w, vmHost)
+				if err == nil && !d.Cached {
+					err = fmt.Errorf("not from the cache")
+				}
+				return err
+			})
+		})
+	}
 }
