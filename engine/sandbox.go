@@ -264,6 +264,23 @@ func (sb *Sandbox) close(ctx context.Context, ended string, labels map[string]st
 	return id, errors.Join(errs...)
 }
 
+// Discard ends a sandbox that was never handed to anyone (a server's warm
+// sandbox it no longer wants): its session stops and its directories go,
+// and no record is written, since nothing ran in it. A sandbox that was
+// used ends with Close. Discard after Close, or Close after Discard, does
+// nothing more.
+func (sb *Sandbox) Discard(ctx context.Context) error {
+	sb.closeOnce.Do(func() {
+		var errs []error
+		if sb.Session != nil {
+			errs = append(errs, sb.Session.Stop(ctx))
+		}
+		errs = append(errs, sb.release())
+		sb.closeErr = errors.Join(errs...)
+	})
+	return sb.closeErr
+}
+
 // release unmounts the workspace and removes the sandbox's directories.
 func (sb *Sandbox) release() error {
 	return sb.run.quotas.removeRunDir(sb.run.runDir)

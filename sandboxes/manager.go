@@ -51,6 +51,9 @@ type Options struct {
 	DecisionLog io.Writer
 	// MaxRuns bounds the workflows run at once (runs.go; default 4).
 	MaxRuns int
+	// Warm is how many sandboxes of the default spec the manager keeps
+	// opened ahead, for creates that ask for just that (warm.go); 0: none.
+	Warm int
 }
 
 // Manager is the real Manager: sandboxes opened through the engine.
@@ -64,6 +67,8 @@ type manager struct {
 	opening sync.WaitGroup // Creates between their reservation and their end
 	runs    int            // workflows running (runs.go)
 	runsWG  sync.WaitGroup // the same, to wait for at Close
+
+	warm *warmPool // nil without Options.Warm
 
 	stop chan struct{}
 	done chan struct{}
@@ -113,6 +118,7 @@ func New(o Options) (Manager, error) {
 		m.pol.pol = p
 	}
 	go m.reap()
+	m.startWarm()
 	return m, nil
 }
 
@@ -157,13 +163,23 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 		Sandbox: policy.ActionSandbox{Labels: s.Labels, Isolation: string(w.Steps[0].Isolation)}, Step: canonicalStep(w.Steps[0])}); err != nil {
 		return Info{}, err
 	}
+	warm := m.takeWarm(s) // nil unless s is the default spec and one is ready
+	if warm != nil {
+		id = warm.id
+	}
 	m.mu.Lock()
 	switch {
 	case m.closing:
 		m.mu.Unlock()
+		if warm != nil {
+			m.discardWarm([]*warmBox{warm})
+		}
 		return Info{}, Errorf(CodeStopped, "the server is stopping")
 	case m.running() >= m.o.MaxSandboxes:
 		m.mu.Unlock()
+		if warm != nil {
+			m.putBackWarm(warm)
+		}
 		return Info{}, Errorf(CodeLimit, "this server already runs %d sandboxes, its limit; kill one (DELETE /v1/sandboxes/ID) first", m.o.MaxSandboxes)
 	}
 	// Reserve the place while the sandbox is being opened.
@@ -173,16 +189,12 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 	m.mu.Unlock()
 	defer m.opening.Done()
 
-	eo := m.o.Engine
-	eo.WorkflowPath, eo.WorkflowBytes = filename, raw
-	if p := m.policy(); p != nil {
-		eo.Policy = p // the policy now in force, replaced or not
+	var sb *engine.Sandbox
+	if warm != nil {
+		sb = warm.sb
+	} else {
+		sb, err = engine.OpenSandbox(ctx, w, id, m.engineOptions(w, filename, raw))
 	}
-	eo.Events = nil
-	if m.o.Realiser != nil {
-		eo.Realise = m.o.Realiser(w, filename)
-	}
-	sb, err := engine.OpenSandbox(ctx, w, id, eo)
 	if err != nil {
 		m.mu.Lock()
 		delete(m.boxes, id)
@@ -223,6 +235,22 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 		}
 	}
 	return info, nil
+}
+
+// engineOptions are the engine's options for opening the sandbox of w,
+// whose spec was written to filename as raw: the policy now in force,
+// replaced or not, and the workflow's Nix realiser.
+func (m *manager) engineOptions(w *workflow.Workflow, filename string, raw []byte) engine.Options {
+	eo := m.o.Engine
+	eo.WorkflowPath, eo.WorkflowBytes = filename, raw
+	if p := m.policy(); p != nil {
+		eo.Policy = p
+	}
+	eo.Events = nil
+	if m.o.Realiser != nil {
+		eo.Realise = m.o.Realiser(w, filename)
+	}
+	return eo
 }
 
 // openError sorts an error of engine.OpenSandbox into the API's codes: a
@@ -370,6 +398,7 @@ func (m *manager) Close(ctx context.Context) error {
 	// A Create under way sees closing when it is done and closes its
 	// sandbox itself; wait for it, so nothing outlives Close.
 	m.opening.Wait()
+	warmErr := m.closeWarm(ctx)
 	// Runs see the stop and cancel their steps; their records are written.
 	m.runsWG.Wait()
 	var errs []error
@@ -393,7 +422,7 @@ func (m *manager) Close(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(append(errs, warmErr)...)
 }
 
 // reap stops sandboxes past their expiry, idle past their timeout (with

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 	os.Exit(testtier.MainWithAgent(m))
 }
 
-func newManager(t *testing.T, o Options) (Manager, *record.Store) {
+func newManager(t testing.TB, o Options) (Manager, *record.Store) {
 	t.Helper()
 	testtier.Root(t)
 	dir := t.TempDir()

@@ -37,8 +37,9 @@ type policyHolder struct {
 
 func (m *manager) SetPolicy(p *policy.Engine) {
 	m.pol.mu.Lock()
-	defer m.pol.mu.Unlock()
 	m.pol.pol = p
+	m.pol.mu.Unlock()
+	m.drainWarm() // warm sandboxes admitted by the old policy go
 }
 
 func (m *manager) policy() *policy.Engine {

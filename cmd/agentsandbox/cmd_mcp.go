@@ -48,6 +48,9 @@ serves MCP at /mcp.` + exitStatusHelp,
 }
 
 func runMCP(ctx context.Context, stdio Stdio, opts mcpOptions) error {
+	if err := opts.check(); err != nil {
+		return err
+	}
 	if os.Geteuid() != 0 {
 		return withExit(ExitInfra, errors.New("mcp runs sandboxes as namespace jails, which needs root: have the MCP client run it as root (command sudo, args [\"agentsandbox\", \"mcp\"])"))
 	}

@@ -37,6 +37,7 @@ type serveOptions struct {
 	Templates    string
 	MaxSandboxes int
 	MaxRuns      int
+	Warm         int
 	DefaultTTL   time.Duration
 	DefaultIdle  time.Duration
 	Policy       policyOptions
@@ -72,7 +73,13 @@ start it removes what a server killed with SIGKILL left behind (as gc does).
 Every action in a sandbox (create, exec, file read, write, list, remove,
 snapshot, restore) is judged by the policy's deny_action rules (docs/policy.md)
 and logged to STATE-DIR/serve-decisions.log as OPA decision log events.
-SIGHUP reloads the policy from the same --policy and --policy-data sources.` + exitStatusHelp,
+SIGHUP reloads the policy from the same --policy and --policy-data sources.
+
+--warm N keeps N sandboxes of the default spec ('{}') opened ahead: a create
+that asks for just that gets one at once, and the pool opens the next in the
+background. Warm sandboxes hold their jail, workspace and namespaces while
+they wait, count against --max-sandboxes, and are admitted by the policy in
+force (a reload replaces them).` + exitStatusHelp,
 		Example: `  agentsandbox serve
   curl --unix-socket ~/.local/state/agentsandbox/serve.sock -X POST http://sandbox/v1/sandboxes -d '{}'
   agentsandbox serve --listen 127.0.0.1:8723 --token-file /etc/agentsandbox/token`,
@@ -89,7 +96,19 @@ SIGHUP reloads the policy from the same --policy and --policy-data sources.` + e
 	return cmd
 }
 
+// check refuses flag values the manager cannot take, before anything
+// else (the root check included).
+func (opts serveOptions) check() error {
+	if opts.Warm < 0 || opts.Warm > opts.MaxSandboxes {
+		return usageErrorf("--warm %d: want 0 to --max-sandboxes (%d)", opts.Warm, opts.MaxSandboxes)
+	}
+	return nil
+}
+
 func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
+	if err := opts.check(); err != nil {
+		return err
+	}
 	if os.Geteuid() != 0 {
 		return withExit(ExitInfra, errors.New("serve runs sandboxes as namespace jails, which needs root: run it as root (sudo agentsandbox serve)"))
 	}
@@ -163,6 +182,9 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 // newServeManager opens the state directory, removes what a killed server
 // left, and starts the sandbox manager that serve and mcp share.
 func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (sandboxes.Manager, *record.Store, error) {
+	if err := opts.check(); err != nil {
+		return nil, nil, err
+	}
 	if opts.Templates != "" {
 		abs, err := filepath.Abs(opts.Templates)
 		if err != nil {
@@ -212,7 +234,7 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (sandb
 			Backends: backends,
 			Fetch:    fetch, Policy: pol, ToolVersion: toolVersion(),
 		},
-		TemplateDir: opts.Templates, MaxSandboxes: opts.MaxSandboxes, MaxRuns: opts.MaxRuns,
+		TemplateDir: opts.Templates, MaxSandboxes: opts.MaxSandboxes, MaxRuns: opts.MaxRuns, Warm: opts.Warm,
 		DefaultTTL: opts.DefaultTTL, DefaultIdle: opts.DefaultIdle,
 		Logf: func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
 	}
@@ -235,6 +257,7 @@ func (opts *serveOptions) addManagerFlags(f *pflag.FlagSet) {
 	f.StringVar(&opts.Templates, "templates", "", "directory of workflow files a sandbox spec may name as templates (FILE#STEP)")
 	f.IntVar(&opts.MaxSandboxes, "max-sandboxes", 32, "most sandboxes running at once")
 	f.IntVar(&opts.MaxRuns, "max-runs", 4, "most workflows run at once (POST /v1/runs, the MCP tool run_workflow)")
+	f.IntVar(&opts.Warm, "warm", 0, "sandboxes of the default spec kept opened ahead for creates of '{}' (0: none)")
 	f.DurationVar(&opts.DefaultTTL, "default-ttl", time.Hour, "a sandbox's lifetime when its spec gives none")
 	f.DurationVar(&opts.DefaultIdle, "default-idle", 15*time.Minute, "a sandbox's idle timeout when its spec gives none")
 	opts.Policy.AddFlags(f)

@@ -133,3 +133,14 @@ func TestServeKilledAndRestarted(t *testing.T) {
 		t.Error("the socket is left after a clean stop")
 	}
 }
+
+// --warm takes 0 to --max-sandboxes; anything else is a usage error before
+// the server opens anything.
+func TestServeWarmFlag(t *testing.T) {
+	for _, args := range [][]string{{"--warm", "-1"}, {"--warm", "5", "--max-sandboxes", "4"}} {
+		code, _, stderr := execute(t, append([]string{"serve", "--state-dir", t.TempDir()}, args...)...)
+		if code != ExitInvalid || !strings.Contains(stderr, "--warm") {
+			t.Errorf("serve %v: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+}

@@ -1,0 +1,211 @@
+package sandboxes
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/netns"
+	"github.com/agentsandbox/agentsandbox/policy"
+)
+
+// waitWarm waits until the pool holds ready sandboxes (bounded by a
+// deadline, not a timing assertion: a loaded host opens them slowly).
+func waitWarm(t testing.TB, m *manager, ready int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for m.warmStats().Ready < ready {
+		if time.Now().After(deadline) {
+			t.Fatalf("the warm pool has %+v after 2 minutes, want %d ready", m.warmStats(), ready)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// warmIDs are the ids of the ready warm sandboxes and the bundle digest
+// that admitted the first.
+func warmIDs(m *manager) ([]string, policy.Digest) {
+	m.warm.mu.Lock()
+	defer m.warm.mu.Unlock()
+	var ids []string
+	for _, wb := range m.warm.ready {
+		ids = append(ids, wb.id)
+	}
+	var d policy.Digest
+	if len(m.warm.ready) > 0 {
+		d = m.warm.ready[0].bundle
+	}
+	return ids, d
+}
+
+// TestWarmPool: a create of the default spec takes a warm sandbox that
+// works like any other (exec, its record), the pool opens the next one,
+// a create of another spec is opened as before, a policy reload replaces
+// the warm sandboxes, and Close leaves nothing behind: no netns, no run
+// directory, and no record for a warm sandbox nobody took.
+func TestWarmPool(t *testing.T) {
+	before, _ := netns.List(netns.Prefix)
+	mi, store := newManager(t, Options{Warm: 1, ReapEvery: 50 * time.Millisecond})
+	m := mi.(*manager)
+	ctx := context.Background()
+	waitWarm(t, m, 1)
+	ready, _ := warmIDs(m)
+	warmID := ready[0]
+	seen := []string{warmID} // every sandbox id, for the leftovers check
+
+	info, err := m.Create(ctx, Spec{Labels: map[string]string{"who": "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.ID != warmID || m.warmStats().Hits != 1 {
+		t.Fatalf("create of the default spec got %s (stats %+v), want the warm %s", info.ID, m.warmStats(), warmID)
+	}
+	if info.State != StateRunning || info.Labels["who"] != "test" || time.Until(info.ExpiresAt) < 50*time.Minute {
+		t.Errorf("info: %+v", info)
+	}
+	if out, _, x := collect(t, m, info.ID, ExecRequest{Argv: []string{"sh", "-c", "echo hi > f; cat f; id -u"}}); out != "hi\n65534\n" || x.Exit == nil || x.Exit.ExitCode != 0 {
+		t.Fatalf("exec in the warm sandbox: %q %+v", out, x)
+	}
+	waitWarm(t, m, 1) // the next one
+	ready, _ = warmIDs(m)
+	next := ready[0]
+	seen = append(seen, next)
+	if next == info.ID {
+		t.Fatal("the pool handed out the same sandbox twice")
+	}
+
+	// Another spec makes another workflow: opened, not taken.
+	other, err := m.Create(ctx, Spec{Env: map[string]string{"A": "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen = append(seen, other.ID)
+	if other.ID == next || m.warmStats().Ready != 1 {
+		t.Fatalf("a create with env took the warm sandbox: %+v, %+v", other, m.warmStats())
+	}
+	if out, _, _ := collect(t, m, other.ID, ExecRequest{Argv: []string{"sh", "-c", "echo $A"}}); out != "1\n" {
+		t.Errorf("the other spec's env: %q", out)
+	}
+	// An explicit default is the default spec.
+	explicit, err := m.Create(ctx, Spec{Isolation: "namespace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if explicit.ID != next {
+		t.Errorf("isolation namespace (the default) did not take the warm sandbox")
+	}
+	waitWarm(t, m, 1)
+
+	// A reloaded policy (another bundle) replaces the warm sandbox that
+	// the old one admitted.
+	ready, _ = warmIDs(m)
+	stale := ready[0]
+	seen = append(seen, stale)
+	data := filepath.Join(t.TempDir(), "data.json")
+	if err := os.WriteFile(data, []byte(`{"agentsandbox": {"reloaded": true}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pol, err := policy.Load(ctx, policy.Options{DataFiles: []string{data}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetPolicy(pol)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		st := m.warmStats()
+		if ids, d := warmIDs(m); st.Ready == 1 && d == pol.BundleDigest() {
+			seen = append(seen, ids...)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no warm sandbox under the reloaded policy: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(store.Dir(), "runs", stale)); !os.IsNotExist(err) {
+		t.Errorf("the stale warm sandbox's directory is still there: %v", err)
+	}
+	reloaded, err := m.Create(ctx, Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen = append(seen, reloaded.ID)
+	b, _ := m.box(reloaded.ID)
+	if b.sb.Decision.BundleDigest != pol.BundleDigest() {
+		t.Errorf("the sandbox handed out after the reload was admitted by %s, not %s", b.sb.Decision.BundleDigest, pol.BundleDigest())
+	}
+	waitWarm(t, m, 1)
+	ready, _ = warmIDs(m)
+	seen = append(seen, ready...)
+
+	// Close: four records (the sandboxes created), none for the warm one
+	// nobody took, and nothing left on the host.
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := store.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 4 {
+		t.Errorf("%d records after 4 sandboxes, want 4 (none for a warm sandbox never taken)", len(ids))
+	}
+	after, _ := netns.List(netns.Prefix)
+	for _, n := range after {
+		for _, id := range seen {
+			if !contains(before, n) && strings.Contains(n, id[:8]) {
+				t.Errorf("namespace left: %s (sandbox %s)", n, id)
+			}
+		}
+	}
+	if entries, _ := os.ReadDir(filepath.Join(store.Dir(), "runs")); len(entries) != 0 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("sandbox directories left: %s", strings.Join(names, " "))
+	}
+}
+
+// BenchmarkCreate times Create of the default spec (what POST
+// /v1/sandboxes '{}' costs without HTTP) with no pool ("cold": admission,
+// workspace, netns, cgroup, jail) beside the same with a warm pool of one
+// ("warm": the pool refilled before each timed create). Kills are not
+// timed.
+//
+//	CI=true go test -run '^$' -bench BenchmarkCreate -benchtime 30x ./sandboxes
+func BenchmarkCreate(b *testing.B) {
+	for _, warm := range []int{0, 1} {
+		name := map[int]string{0: "cold", 1: "warm"}[warm]
+		b.Run(name, func(b *testing.B) {
+			mi, _ := newManager(b, Options{Warm: warm})
+			m := mi.(*manager)
+			ctx := context.Background()
+			var times []time.Duration
+			for i := 0; i < b.N; i++ {
+				if warm > 0 {
+					waitWarm(b, m, warm)
+				}
+				start := time.Now()
+				info, err := m.Create(ctx, Spec{})
+				times = append(times, time.Since(start))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := m.Kill(ctx, info.ID); err != nil {
+					b.Fatal(err)
+				}
+			}
+			slices.Sort(times)
+			b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "create-ms/median")
+			b.ReportMetric(float64(times[len(times)*9/10].Microseconds())/1000, "create-ms/p90")
+			if warm > 0 && m.warmStats().Hits != b.N {
+				b.Fatalf("%d of %d creates came from the pool", m.warmStats().Hits, b.N)
+			}
+		})
+	}
+}
