@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -359,4 +360,30 @@ func BenchmarkRerunPipeline(b *testing.B) {
 	b.ReportMetric(ms(median(ta)), "apply-ms/median")
 	b.ReportMetric(ms(median(tr)), "rerun-ms/median")
 	b.ReportMetric(float64(median(tr))/float64(median(ta)), "x-apply")
+}
+
+// BenchmarkHostPageFault reports what one page fault costs on this host:
+// 64 MiB of fresh anonymous memory touched a page at a time. Every new
+// process pays it for each page it touches (its heap, stacks, data and
+// the text it runs), so it sets the floor under the process-start figures
+// of the benchmarks above (docs/benchmarks.md, "The host's floor").
+func BenchmarkHostPageFault(b *testing.B) {
+	const size = 64 << 20
+	page := os.Getpagesize()
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		for off := 0; off < size; off += page {
+			mem[off] = 1
+		}
+		total += time.Since(start)
+		if err := syscall.Munmap(mem); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/1000/float64(b.N*size/page), "us/fault")
 }
