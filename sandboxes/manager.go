@@ -194,6 +194,7 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 		sb = warm.sb
 	} else {
 		sb, err = engine.OpenSandbox(ctx, w, id, m.engineOptions(w, filename, raw))
+		m.logOpened(sb, w, id, err)
 	}
 	if err != nil {
 		m.mu.Lock()

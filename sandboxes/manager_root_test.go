@@ -221,7 +221,8 @@ func TestSandboxLifecycle(t *testing.T) {
 // decision; an idle sandbox is stopped by the reaper and its record
 // says so.
 func TestSandboxDeniedAndReaped(t *testing.T) {
-	m, _ := newManager(t, Options{ReapEvery: 50 * time.Millisecond})
+	var log bytes.Buffer
+	m, _ := newManager(t, Options{ReapEvery: 50 * time.Millisecond, DecisionLog: &log})
 	ctx := context.Background()
 	_, err := m.Create(ctx, Spec{Network: &Network{Allow: []string{"0.0.0.0/0:443"}}, Resources: map[string]any{"bandwidth": "10Mbit"}})
 	var e *Error
@@ -235,6 +236,23 @@ func TestSandboxDeniedAndReaped(t *testing.T) {
 	info, err := m.Create(ctx, Spec{IdleTimeout: Duration(300 * time.Millisecond)})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The server's decision log has both admissions, the denial first,
+	// beside the action decisions on the creates.
+	evs, err := policy.DecodeDecisionLog(bytes.NewReader(log.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var admissions []policy.DecisionEvent
+	for _, ev := range evs {
+		if ev.Path == policy.AdmissionPath {
+			admissions = append(admissions, ev)
+		}
+	}
+	if len(admissions) != 2 || admissions[0].DecisionID != e.Decision ||
+		!strings.Contains(string(admissions[0].Result), `"allowed":false`) || !strings.Contains(string(admissions[1].Result), `"allowed":true`) ||
+		admissions[1].RequestedBy != "sandbox:"+info.ID {
+		t.Fatalf("admissions in the server's decision log: %+v", admissions)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
@@ -382,9 +400,16 @@ deny_action contains msg if {
 	if err != nil {
 		t.Fatalf("decision log: %v\n%s", err, log.String())
 	}
-	var denied int
+	var denied, admissions int
 	instance := ""
 	for _, ev := range evs {
+		if ev.Path == policy.AdmissionPath { // the create's admission of its workflow
+			admissions++
+			if ev.RequestedBy != "sandbox:"+id || !strings.Contains(string(ev.Result), `"allowed":true`) {
+				t.Errorf("admission line: %+v", ev)
+			}
+			continue
+		}
 		var in policy.Action
 		var res struct {
 			Allowed bool     `json:"allowed"`
@@ -413,6 +438,9 @@ deny_action contains msg if {
 	}
 	if denied != 2 {
 		t.Errorf("%d denied decisions in the log, want 2:\n%s", denied, log.String())
+	}
+	if admissions != 1 {
+		t.Errorf("%d admissions in the log, want the create's", admissions)
 	}
 	killed, _ := m.Kill(ctx, id)
 	rid, _ := store.Resolve(killed.Record)

@@ -2,13 +2,16 @@ package sandboxes
 
 import (
 	"context"
+	"errors"
 	"io"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/policy"
+	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
 // Every action in a sandbox is judged by the policy's deny_action rules
@@ -81,13 +84,9 @@ func (m *manager) logDecision(a policy.Action, d *policy.ActionDecision, took ti
 	if m.pol.log == nil {
 		return
 	}
-	if m.pol.instance == "" {
-		id, err := newID()
-		if err != nil {
-			m.o.Logf("decision log: %v", err)
-			return
-		}
-		m.pol.instance = id
+	if err := m.pol.ensureInstance(); err != nil {
+		m.o.Logf("decision log: %v", err)
+		return
 	}
 	o := policy.EventOptions{ID: m.pol.instance, Version: m.o.Engine.ToolVersion, Time: d.Time}
 	if a.Sandbox.ID != "" {
@@ -103,6 +102,74 @@ func (m *manager) logDecision(a policy.Action, d *policy.ActionDecision, took ti
 	if err != nil {
 		m.o.Logf("decision log: %v", err)
 	}
+}
+
+// logAdmission writes the admission of the sandbox id, the decision on
+// its workflow that engine.OpenSandbox made (also in the sandbox record's
+// own decision log) on the input document input, as a line of the
+// server's decision log, beside the decisions on its actions.
+func (m *manager) logAdmission(d *policy.Decision, input []byte, id string) {
+	if d == nil || input == nil {
+		return
+	}
+	m.pol.mu.Lock()
+	defer m.pol.mu.Unlock()
+	if m.pol.log == nil {
+		return
+	}
+	if err := m.pol.ensureInstance(); err != nil {
+		m.o.Logf("decision log: %v", err)
+		return
+	}
+	o := policy.EventOptions{ID: m.pol.instance, Version: m.o.Engine.ToolVersion, Time: time.Now(), RequestedBy: "sandbox:" + id}
+	ev, err := policy.AdmissionEvent(d, input, o)
+	if err == nil {
+		var line []byte
+		if line, err = policy.AppendEvent(nil, ev); err == nil {
+			_, err = m.pol.log.Write(line)
+		}
+	}
+	if err != nil {
+		m.o.Logf("decision log: %v", err)
+	}
+}
+
+// logOpened logs the admission of a sandbox engine.OpenSandbox opened, or
+// of the workflow w it refused with a denial (err); other errors made no
+// decision.
+func (m *manager) logOpened(sb *engine.Sandbox, w *workflow.Workflow, id string, err error) {
+	if err == nil {
+		m.logAdmission(sb.Decision, sb.AdmissionInput, id)
+		return
+	}
+	var denied *policy.DeniedError
+	if !errors.As(err, &denied) {
+		return
+	}
+	host := m.o.Engine.Host.Policy()
+	plan, rerr := engine.Resolve(w, m.o.Engine.Isolation, host)
+	if rerr != nil {
+		return
+	}
+	in, ierr := policy.InputDocument(plan, host)
+	if ierr != nil {
+		return
+	}
+	m.logAdmission(denied.Decision, in, id)
+}
+
+// ensureInstance makes labels.id of the log's events on first use; h.mu
+// is held.
+func (h *policyHolder) ensureInstance() error {
+	if h.instance != "" {
+		return nil
+	}
+	id, err := newID()
+	if err != nil {
+		return err
+	}
+	h.instance = id
+	return nil
 }
 
 func envNames(env map[string]string) []string {

@@ -164,6 +164,7 @@ func (m *manager) openWarm() error {
 		p.mu.Unlock()
 	}()
 	sb, err := engine.OpenSandbox(ctx, w, id, m.engineOptions(w, filename, raw))
+	m.logOpened(sb, w, id, err) // decided now, whoever takes it later
 	if err != nil {
 		return err
 	}

@@ -72,7 +72,8 @@ start it removes what a server killed with SIGKILL left behind (as gc does).
 
 Every action in a sandbox (create, exec, file read, write, list, remove,
 snapshot, restore) is judged by the policy's deny_action rules (docs/policy.md)
-and logged to STATE-DIR/serve-decisions.log as OPA decision log events.
+and logged to STATE-DIR/serve-decisions.log as OPA decision log events, as is
+the admission of every sandbox's workflow.
 SIGHUP reloads the policy from the same --policy and --policy-data sources.
 
 --warm N keeps N sandboxes of the default spec ('{}') opened ahead: a create
