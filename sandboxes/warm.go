@@ -92,6 +92,7 @@ func (p *warmPool) poke() {
 // wants reports whether the pool should open one more: it is short, and
 // the running sandboxes leave room under MaxSandboxes.
 func (m *manager) wantsWarm() bool {
+	m.drainWarm()
 	m.mu.Lock()
 	if m.closing {
 		m.mu.Unlock()
@@ -106,31 +107,40 @@ func (m *manager) wantsWarm() bool {
 	return n < p.size && n < room
 }
 
+// warmCheckEvery is how often a full pool looks for warm sandboxes that
+// ended on their own.
+const warmCheckEvery = 5 * time.Second
+
 // fillWarm keeps the pool full until the manager closes. An open that
 // fails (the policy denies the default spec, the host is out of
 // something) is logged and tried again after a growing pause.
 func (m *manager) fillWarm() {
 	p := m.warm
 	defer close(p.done)
-	pause := time.Duration(0)
+	backoff := time.Duration(0) // after a failed open, until the next try
 	for {
-		if pause == 0 && m.wantsWarm() {
-			if err := m.openWarm(); err != nil {
-				m.o.Logf("warm pool: open a sandbox: %v", err)
-				pause = min(max(2*pause, time.Second), time.Minute)
+		if m.wantsWarm() {
+			err := m.openWarm()
+			if err == nil {
+				backoff = 0
+				continue
+			}
+			backoff = min(max(2*backoff, time.Second), time.Minute)
+			m.o.Logf("warm pool: open a sandbox: %v (next try in %s)", err, backoff)
+			select {
+			case <-m.stop:
+				return
+			case <-time.After(backoff):
 			}
 			continue
 		}
-		var timer <-chan time.Time
-		if pause > 0 {
-			timer = time.After(pause)
-		}
+		// Full: wait for a take or a discard, or look again later for a
+		// warm sandbox that ended on its own meanwhile.
 		select {
 		case <-m.stop:
 			return
 		case <-p.wake:
-		case <-timer:
-			pause = 0
+		case <-time.After(warmCheckEvery):
 		}
 	}
 }
@@ -172,7 +182,7 @@ func (m *manager) openWarm() error {
 	m.mu.Lock()
 	closing := m.closing
 	m.mu.Unlock()
-	if closing || !m.policyAdmitted(wb) {
+	if closing || !m.usable(wb) {
 		return sb.Discard(context.WithoutCancel(ctx))
 	}
 	p.mu.Lock()
@@ -182,9 +192,15 @@ func (m *manager) openWarm() error {
 	return nil
 }
 
-// policyAdmitted reports whether wb was admitted by the policy now in
-// force.
-func (m *manager) policyAdmitted(wb *warmBox) bool {
+// usable reports whether wb may still be handed out: admitted by the
+// policy now in force, and its sandbox not ended on its own (an init
+// killed or out of memory while it waited).
+func (m *manager) usable(wb *warmBox) bool {
+	select {
+	case <-wb.sb.Session.Done():
+		return false
+	default:
+	}
 	pol := m.policy()
 	return pol == nil || pol.BundleDigest() == wb.bundle
 }
@@ -202,7 +218,7 @@ func (m *manager) takeWarm(s Spec) *warmBox {
 	for len(p.ready) > 0 && got == nil {
 		wb := p.ready[0]
 		p.ready = p.ready[1:]
-		if m.policyAdmitted(wb) {
+		if m.usable(wb) {
 			got = wb
 		} else {
 			stale = append(stale, wb)
@@ -229,8 +245,9 @@ func (m *manager) putBackWarm(wb *warmBox) {
 	p.mu.Unlock()
 }
 
-// drainWarm discards the warm sandboxes the policy now in force did not
-// admit (SetPolicy), and has the filler open new ones.
+// drainWarm discards the warm sandboxes that can no longer be handed out
+// (usable: after SetPolicy, those the old policy admitted), and has the
+// filler open new ones.
 func (m *manager) drainWarm() {
 	p := m.warm
 	if p == nil {
@@ -239,7 +256,7 @@ func (m *manager) drainWarm() {
 	p.mu.Lock()
 	var keep, stale []*warmBox
 	for _, wb := range p.ready {
-		if m.policyAdmitted(wb) {
+		if m.usable(wb) {
 			keep = append(keep, wb)
 		} else {
 			stale = append(stale, wb)
@@ -247,8 +264,10 @@ func (m *manager) drainWarm() {
 	}
 	p.ready = keep
 	p.mu.Unlock()
-	m.discardWarm(stale)
-	p.poke()
+	if len(stale) > 0 {
+		m.discardWarm(stale)
+		p.poke()
+	}
 }
 
 // closeWarm stops the filler and discards every warm sandbox (Close).

@@ -209,3 +209,39 @@ func BenchmarkCreate(b *testing.B) {
 		})
 	}
 }
+
+// A warm sandbox whose init ended while it waited (killed, out of memory)
+// is not handed out: the create gets a working sandbox, and the pool
+// opens a live one in its place.
+func TestWarmPoolSkipsDead(t *testing.T) {
+	mi, _ := newManager(t, Options{Warm: 1})
+	m := mi.(*manager)
+	ctx := context.Background()
+	waitWarm(t, m, 1)
+	m.warm.mu.Lock()
+	dead := m.warm.ready[0]
+	m.warm.mu.Unlock()
+	if err := dead.sb.Session.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dead.sb.Session.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the stopped session is not done")
+	}
+	info, err := m.Create(ctx, Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.ID == dead.id {
+		t.Fatal("a dead warm sandbox was handed out")
+	}
+	if out, _, _ := collect(t, m, info.ID, ExecRequest{Argv: []string{"echo", "alive"}}); out != "alive\n" {
+		t.Fatalf("exec: %q", out)
+	}
+	waitWarm(t, m, 1)
+	ids, _ := warmIDs(m)
+	if ids[0] == dead.id {
+		t.Error("the dead warm sandbox is still in the pool")
+	}
+}
