@@ -51,9 +51,9 @@ type Options struct {
 	DecisionLog io.Writer
 	// MaxRuns bounds the workflows run at once (runs.go; default 4).
 	MaxRuns int
-	// Warm is how many sandboxes of the default spec the manager keeps
-	// opened ahead, for creates that ask for just that (warm.go); 0: none.
-	Warm int
+	// Warm lists the specs the manager keeps sandboxes of opened ahead,
+	// and how many, for creates that ask for the same (warm.go).
+	Warm []WarmSpec
 }
 
 // Manager is the real Manager: sandboxes opened through the engine.
@@ -68,7 +68,8 @@ type manager struct {
 	runs    int            // workflows running (runs.go)
 	runsWG  sync.WaitGroup // the same, to wait for at Close
 
-	warm *warmPool // nil without Options.Warm
+	warm       []*warmPool    // one per Options.Warm
+	discarding sync.WaitGroup // warm sandboxes being discarded (closeWarm waits)
 
 	stop chan struct{}
 	done chan struct{}
@@ -104,6 +105,9 @@ func New(o Options) (Manager, error) {
 		o.Logf = func(string, ...any) {}
 	}
 	m := &manager{o: o, boxes: map[string]*box{}, stop: make(chan struct{}), done: make(chan struct{})}
+	if err := m.checkWarm(); err != nil {
+		return nil, &Error{Code: CodeBadRequest, Message: err.Error(), Err: err}
+	}
 	// The sandboxes of a server that was killed died with it; their
 	// records are closed from their journals.
 	recovered, err := m.recoverJournals()

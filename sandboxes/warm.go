@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -11,47 +12,58 @@ import (
 	"github.com/agentsandbox/agentsandbox/policy"
 )
 
-// The warm pool: Options.Warm sandboxes of the default spec (Spec{}: the
-// server's defaults, no template, packages, resources, network or env)
-// opened ahead of any request, so that a create asking for exactly that
-// gets one at once instead of paying its admission, workspace, netns,
-// cgroup and jail. A request whose spec makes another workflow is opened
-// as before.
+// Warm pools: for each WarmSpec of Options.Warm, N sandboxes of its spec
+// opened ahead of any request, so that a create whose spec makes the same
+// sandbox gets one at once instead of paying its admission, Nix
+// realisation, workspace, netns, cgroup and jail. "The same sandbox" is
+// compared on the workflow the spec makes, its isolation resolved (warmKey):
+// labels, ttl, idleTimeout and fromSnapshot belong to the request and may
+// be anything. Any other create is opened as before.
 //
 // A warm sandbox is a whole sandbox, admitted by the policy in force when
 // it was opened. It is handed out only while that policy is still in
-// force (the same bundle digest); SetPolicy discards the others. Its ID,
-// netns and cgroup were named when it was opened; its TTL and idle time
-// start when it is handed out, and its record's start is its opening. A
-// warm sandbox nobody took is discarded without a record (nothing ran in
-// it). The pool counts against MaxSandboxes: it never fills past what
-// the running sandboxes leave.
+// force (the same bundle digest), while the spec still makes the same
+// workflow (a template file edited since makes another), and while its
+// init is alive; the others are discarded and replaced. Its ID, netns and
+// cgroup were named when it was opened; its TTL and idle time start when
+// it is handed out, and its record's start is its opening. A warm sandbox
+// nobody took is discarded without a record (nothing ran in it). The pools
+// count against MaxSandboxes: they never fill past what the running
+// sandboxes leave.
+
+// WarmSpec asks for N sandboxes of Spec kept opened ahead. Only the fields
+// that make the sandbox's workflow matter (template, isolation, packages,
+// resources, network, env).
+type WarmSpec struct {
+	Spec Spec
+	N    int
+}
+
 type warmPool struct {
-	size int
-	key  []byte // the canonical workflow of Spec{} (warmKey)
+	spec WarmSpec
 
 	mu    sync.Mutex
 	ready []*warmBox
-	// opening is set while the filler opens one.
-	opening bool
-	hits    int // creates served from the pool
-	misses  int // creates of the default spec that found it empty
+	hits  int // creates served from the pool
+	// misses counts creates of this spec that found the pool empty.
+	misses int
 
-	wake       chan struct{}  // buffered 1: something was taken or discarded
-	done       chan struct{}  // closed when the filler has returned
-	discarding sync.WaitGroup // discards under way (closeWarm waits)
+	wake chan struct{} // buffered 1: something was taken or discarded
+	done chan struct{} // closed when the filler has returned
 }
 
 type warmBox struct {
 	id     string
 	sb     *engine.Sandbox
 	bundle policy.Digest // the policy that admitted it
+	key    []byte        // warmKey of its spec when it was opened
 }
 
 // warmKey is what decides whether a spec can take a warm sandbox: the
 // canonical form of the workflow it makes, under one placeholder id (the
 // id is the workflow's name), with its isolation resolved on this host
 // as the sandbox's would be (so "isolation: namespace" is the default).
+// It is nil for a spec that makes no workflow.
 func (m *manager) warmKey(s Spec) []byte {
 	w, _, _, err := specWorkflow(s, "warm", m.o.TemplateDir)
 	if err != nil {
@@ -68,18 +80,38 @@ func (m *manager) warmKey(s Spec) []byte {
 	return b
 }
 
-// startWarm starts the filler when Options.Warm asks for a pool.
+// checkWarm refuses warm specs that make no sandbox, before any is opened.
+func (m *manager) checkWarm() error {
+	total := 0
+	for _, ws := range m.o.Warm {
+		if ws.N < 1 {
+			return fmt.Errorf("warm pool of %s: %d sandboxes; want 1 or more", warmName(ws.Spec), ws.N)
+		}
+		total += ws.N
+		if _, _, _, err := specWorkflow(ws.Spec, "warm", m.o.TemplateDir); err != nil {
+			return fmt.Errorf("warm pool of %s: %w", warmName(ws.Spec), err)
+		}
+	}
+	if total > m.o.MaxSandboxes {
+		return fmt.Errorf("warm pools of %d sandboxes in all, over MaxSandboxes (%d)", total, m.o.MaxSandboxes)
+	}
+	return nil
+}
+
+func warmName(s Spec) string {
+	if s.Template != "" {
+		return "template " + s.Template
+	}
+	return "the default spec"
+}
+
+// startWarm starts one filler per pool.
 func (m *manager) startWarm() {
-	if m.o.Warm <= 0 {
-		return
+	for _, ws := range m.o.Warm {
+		p := &warmPool{spec: ws, wake: make(chan struct{}, 1), done: make(chan struct{})}
+		m.warm = append(m.warm, p)
+		go m.fillWarm(p)
 	}
-	key := m.warmKey(Spec{})
-	if key == nil {
-		m.o.Logf("warm pool: the default spec makes no workflow; no pool")
-		return
-	}
-	m.warm = &warmPool{size: m.o.Warm, key: key, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	go m.fillWarm()
 }
 
 func (p *warmPool) poke() {
@@ -89,10 +121,11 @@ func (p *warmPool) poke() {
 	}
 }
 
-// wants reports whether the pool should open one more: it is short, and
-// the running sandboxes leave room under MaxSandboxes.
-func (m *manager) wantsWarm() bool {
-	m.drainWarm()
+// wantsWarm reports whether p should open one more: it is short, and the
+// running sandboxes and the other pools leave room under MaxSandboxes.
+// It first discards what p can no longer hand out.
+func (m *manager) wantsWarm(p *warmPool) bool {
+	m.drainPool(p, m.warmKey(p.spec.Spec))
 	m.mu.Lock()
 	if m.closing {
 		m.mu.Unlock()
@@ -100,33 +133,35 @@ func (m *manager) wantsWarm() bool {
 	}
 	room := m.o.MaxSandboxes - m.running()
 	m.mu.Unlock()
-	p := m.warm
+	for _, q := range m.warm {
+		q.mu.Lock()
+		room -= len(q.ready)
+		q.mu.Unlock()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := len(p.ready)
-	return n < p.size && n < room
+	return len(p.ready) < p.spec.N && room > 0
 }
 
-// warmCheckEvery is how often a full pool looks for warm sandboxes that
-// ended on their own.
+// warmCheckEvery is how often a full pool looks for warm sandboxes it can
+// no longer hand out (an init that died, a template edited).
 const warmCheckEvery = 5 * time.Second
 
-// fillWarm keeps the pool full until the manager closes. An open that
-// fails (the policy denies the default spec, the host is out of
-// something) is logged and tried again after a growing pause.
-func (m *manager) fillWarm() {
-	p := m.warm
+// fillWarm keeps p full until the manager closes. An open that fails (the
+// policy denies the spec, the host is out of something) is logged and
+// tried again after a pause that doubles up to a minute.
+func (m *manager) fillWarm(p *warmPool) {
 	defer close(p.done)
 	backoff := time.Duration(0) // after a failed open, until the next try
 	for {
-		if m.wantsWarm() {
-			err := m.openWarm()
+		if m.wantsWarm(p) {
+			err := m.openWarm(p)
 			if err == nil {
 				backoff = 0
 				continue
 			}
 			backoff = min(max(2*backoff, time.Second), time.Minute)
-			m.o.Logf("warm pool: open a sandbox: %v (next try in %s)", err, backoff)
+			m.o.Logf("warm pool of %s: open a sandbox: %v (next try in %s)", warmName(p.spec.Spec), err, backoff)
 			select {
 			case <-m.stop:
 				return
@@ -134,8 +169,7 @@ func (m *manager) fillWarm() {
 			}
 			continue
 		}
-		// Full: wait for a take or a discard, or look again later for a
-		// warm sandbox that ended on its own meanwhile.
+		// Full: wait for a take or a discard, or look again later.
 		select {
 		case <-m.stop:
 			return
@@ -145,13 +179,14 @@ func (m *manager) fillWarm() {
 	}
 }
 
-// openWarm opens one sandbox of the default spec into the pool.
-func (m *manager) openWarm() error {
+// openWarm opens one sandbox of p's spec into p.
+func (m *manager) openWarm(p *warmPool) error {
 	id, err := newID()
 	if err != nil {
 		return err
 	}
-	w, raw, filename, err := specWorkflow(Spec{}, id, m.o.TemplateDir)
+	key := m.warmKey(p.spec.Spec)
+	w, raw, filename, err := specWorkflow(p.spec.Spec, id, m.o.TemplateDir)
 	if err != nil {
 		return err
 	}
@@ -164,38 +199,33 @@ func (m *manager) openWarm() error {
 		case <-ctx.Done():
 		}
 	}()
-	p := m.warm
-	p.mu.Lock()
-	p.opening = true
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		p.opening = false
-		p.mu.Unlock()
-	}()
 	sb, err := engine.OpenSandbox(ctx, w, id, m.engineOptions(w, filename, raw))
 	m.logOpened(sb, w, id, err) // decided now, whoever takes it later
 	if err != nil {
 		return err
 	}
-	wb := &warmBox{id: id, sb: sb, bundle: sb.Decision.BundleDigest}
+	wb := &warmBox{id: id, sb: sb, bundle: sb.Decision.BundleDigest, key: key}
 	m.mu.Lock()
 	closing := m.closing
 	m.mu.Unlock()
-	if closing || !m.usable(wb) {
+	if closing || !m.usable(wb, key) {
 		return sb.Discard(context.WithoutCancel(ctx))
 	}
 	p.mu.Lock()
 	p.ready = append(p.ready, wb)
 	p.mu.Unlock()
-	m.o.Logf("warm pool: sandbox %s ready", id)
+	m.o.Logf("warm pool of %s: sandbox %s ready", warmName(p.spec.Spec), id)
 	return nil
 }
 
-// usable reports whether wb may still be handed out: admitted by the
-// policy now in force, and its sandbox not ended on its own (an init
-// killed or out of memory while it waited).
-func (m *manager) usable(wb *warmBox) bool {
+// usable reports whether wb may be handed out for a spec whose warmKey is
+// key: it was opened for that workflow, admitted by the policy now in
+// force, and its sandbox has not ended on its own (an init killed or out
+// of memory while it waited).
+func (m *manager) usable(wb *warmBox, key []byte) bool {
+	if key == nil || !bytes.Equal(wb.key, key) {
+		return false
+	}
 	select {
 	case <-wb.sb.Session.Done():
 		return false
@@ -205,58 +235,77 @@ func (m *manager) usable(wb *warmBox) bool {
 	return pol == nil || pol.BundleDigest() == wb.bundle
 }
 
-// takeWarm returns a warm sandbox for s, or nil when s makes another
-// workflow or none is ready.
+// takeWarm returns a warm sandbox for s, or nil when no pool of a spec
+// that makes the same workflow holds one.
 func (m *manager) takeWarm(s Spec) *warmBox {
-	p := m.warm
-	if p == nil || !bytes.Equal(m.warmKey(s), p.key) {
+	if len(m.warm) == 0 {
 		return nil
 	}
-	p.mu.Lock()
-	var stale []*warmBox
-	var got *warmBox
-	for len(p.ready) > 0 && got == nil {
-		wb := p.ready[0]
-		p.ready = p.ready[1:]
-		if m.usable(wb) {
-			got = wb
+	key := m.warmKey(s)
+	if key == nil {
+		return nil
+	}
+	for _, p := range m.warm {
+		if !bytes.Equal(m.warmKey(p.spec.Spec), key) {
+			continue
+		}
+		p.mu.Lock()
+		var stale []*warmBox
+		var got *warmBox
+		for len(p.ready) > 0 && got == nil {
+			wb := p.ready[0]
+			p.ready = p.ready[1:]
+			if m.usable(wb, key) {
+				got = wb
+			} else {
+				stale = append(stale, wb)
+			}
+		}
+		if got != nil {
+			p.hits++
 		} else {
-			stale = append(stale, wb)
+			p.misses++
+		}
+		p.mu.Unlock()
+		m.discardWarm(stale)
+		p.poke()
+		if got != nil {
+			return got
 		}
 	}
-	if got != nil {
-		p.hits++
-	} else {
-		p.misses++
-	}
-	p.mu.Unlock()
-	m.discardWarm(stale)
-	p.poke()
-	return got
+	return nil
 }
 
 // putBackWarm returns a sandbox takeWarm gave that the create could not
-// use (the server was full).
+// use (the server was full) to the front of its pool.
 func (m *manager) putBackWarm(wb *warmBox) {
-	p := m.warm
-	p.mu.Lock()
-	p.ready = append([]*warmBox{wb}, p.ready...)
-	p.hits--
-	p.mu.Unlock()
+	for _, p := range m.warm {
+		if bytes.Equal(m.warmKey(p.spec.Spec), wb.key) {
+			p.mu.Lock()
+			p.ready = append([]*warmBox{wb}, p.ready...)
+			p.hits--
+			p.mu.Unlock()
+			return
+		}
+	}
+	m.discardWarm([]*warmBox{wb})
 }
 
-// drainWarm discards the warm sandboxes that can no longer be handed out
-// (usable: after SetPolicy, those the old policy admitted), and has the
-// filler open new ones.
+// drainWarm discards from every pool what can no longer be handed out
+// (after SetPolicy: what the old policy admitted).
 func (m *manager) drainWarm() {
-	p := m.warm
-	if p == nil {
-		return
+	for _, p := range m.warm {
+		m.drainPool(p, m.warmKey(p.spec.Spec))
 	}
+}
+
+// drainPool discards from p what is not usable for key, and has its
+// filler open replacements.
+func (m *manager) drainPool(p *warmPool, key []byte) {
 	p.mu.Lock()
 	var keep, stale []*warmBox
 	for _, wb := range p.ready {
-		if m.usable(wb) {
+		if m.usable(wb, key) {
 			keep = append(keep, wb)
 		} else {
 			stale = append(stale, wb)
@@ -270,20 +319,19 @@ func (m *manager) drainWarm() {
 	}
 }
 
-// closeWarm stops the filler and discards every warm sandbox (Close).
+// closeWarm stops the fillers and discards every warm sandbox (Close).
 // The manager's stop channel is closed by then.
 func (m *manager) closeWarm(ctx context.Context) error {
-	p := m.warm
-	if p == nil {
-		return nil
+	var stale []*warmBox
+	for _, p := range m.warm {
+		<-p.done
+		p.mu.Lock()
+		stale = append(stale, p.ready...)
+		p.ready = nil
+		p.mu.Unlock()
 	}
-	<-p.done
-	p.mu.Lock()
-	stale := p.ready
-	p.ready = nil
-	p.mu.Unlock()
 	err := m.discardWarmWait(ctx, stale)
-	p.discarding.Wait()
+	m.discarding.Wait()
 	return err
 }
 
@@ -291,9 +339,9 @@ func (m *manager) discardWarm(stale []*warmBox) {
 	if len(stale) == 0 {
 		return
 	}
-	m.warm.discarding.Add(1)
+	m.discarding.Add(1)
 	go func() {
-		defer m.warm.discarding.Done()
+		defer m.discarding.Done()
 		_ = m.discardWarmWait(context.Background(), stale) // each failure is logged
 	}()
 }
@@ -309,18 +357,19 @@ func (m *manager) discardWarmWait(ctx context.Context, stale []*warmBox) error {
 	return errors.Join(errs...)
 }
 
-// warmStats are the pool's counters (tests, logs).
+// warmStats are the pools' counters, summed (tests, logs).
 type warmStats struct {
 	Ready, Hits, Misses int
-	Opening             bool
 }
 
 func (m *manager) warmStats() warmStats {
-	p := m.warm
-	if p == nil {
-		return warmStats{}
+	var st warmStats
+	for _, p := range m.warm {
+		p.mu.Lock()
+		st.Ready += len(p.ready)
+		st.Hits += p.hits
+		st.Misses += p.misses
+		p.mu.Unlock()
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return warmStats{Ready: len(p.ready), Hits: p.hits, Misses: p.misses, Opening: p.opening}
+	return st
 }

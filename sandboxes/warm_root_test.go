@@ -29,15 +29,16 @@ func waitWarm(t testing.TB, m *manager, ready int) {
 // warmIDs are the ids of the ready warm sandboxes and the bundle digest
 // that admitted the first.
 func warmIDs(m *manager) ([]string, policy.Digest) {
-	m.warm.mu.Lock()
-	defer m.warm.mu.Unlock()
+	p := m.warm[0]
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	var ids []string
-	for _, wb := range m.warm.ready {
+	for _, wb := range p.ready {
 		ids = append(ids, wb.id)
 	}
 	var d policy.Digest
-	if len(m.warm.ready) > 0 {
-		d = m.warm.ready[0].bundle
+	if len(p.ready) > 0 {
+		d = p.ready[0].bundle
 	}
 	return ids, d
 }
@@ -49,7 +50,7 @@ func warmIDs(m *manager) ([]string, policy.Digest) {
 // directory, and no record for a warm sandbox nobody took.
 func TestWarmPool(t *testing.T) {
 	before, _ := netns.List(netns.Prefix)
-	mi, store := newManager(t, Options{Warm: 1, ReapEvery: 50 * time.Millisecond})
+	mi, store := newManager(t, Options{Warm: []WarmSpec{{N: 1}}, ReapEvery: 50 * time.Millisecond})
 	m := mi.(*manager)
 	ctx := context.Background()
 	waitWarm(t, m, 1)
@@ -182,7 +183,11 @@ func BenchmarkCreate(b *testing.B) {
 	for _, warm := range []int{0, 1} {
 		name := map[int]string{0: "cold", 1: "warm"}[warm]
 		b.Run(name, func(b *testing.B) {
-			mi, _ := newManager(b, Options{Warm: warm})
+			var ws []WarmSpec
+			if warm > 0 {
+				ws = []WarmSpec{{N: warm}}
+			}
+			mi, _ := newManager(b, Options{Warm: ws})
 			m := mi.(*manager)
 			ctx := context.Background()
 			var times []time.Duration
@@ -214,13 +219,13 @@ func BenchmarkCreate(b *testing.B) {
 // is not handed out: the create gets a working sandbox, and the pool
 // opens a live one in its place.
 func TestWarmPoolSkipsDead(t *testing.T) {
-	mi, _ := newManager(t, Options{Warm: 1})
+	mi, _ := newManager(t, Options{Warm: []WarmSpec{{N: 1}}})
 	m := mi.(*manager)
 	ctx := context.Background()
 	waitWarm(t, m, 1)
-	m.warm.mu.Lock()
-	dead := m.warm.ready[0]
-	m.warm.mu.Unlock()
+	m.warm[0].mu.Lock()
+	dead := m.warm[0].ready[0]
+	m.warm[0].mu.Unlock()
 	if err := dead.sb.Session.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -243,5 +248,66 @@ func TestWarmPoolSkipsDead(t *testing.T) {
 	ids, _ := warmIDs(m)
 	if ids[0] == dead.id {
 		t.Error("the dead warm sandbox is still in the pool")
+	}
+}
+
+// A pool of a template: a create of that template takes its warm
+// sandbox; once the template file is edited the warm sandbox (of the old
+// step) is not handed out, and the pool opens one of the new step.
+func TestWarmPoolTemplate(t *testing.T) {
+	dir := t.TempDir()
+	tmpl := filepath.Join(dir, "ci.yaml")
+	write := func(x string) {
+		wf := "apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: ci\nsteps:\n  - name: test\n    run: make test\n    env: {X: \"" + x + "\"}\n"
+		if err := os.WriteFile(tmpl, []byte(wf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("1")
+	spec := Spec{Template: "ci.yaml#test"}
+	mi, _ := newManager(t, Options{TemplateDir: dir, Warm: []WarmSpec{{Spec: spec, N: 1}}})
+	m := mi.(*manager)
+	ctx := context.Background()
+	waitWarm(t, m, 1)
+	first, _ := warmIDs(m)
+
+	info, err := m.Create(ctx, Spec{Template: "ci.yaml#test", Labels: map[string]string{"run": "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.ID != first[0] {
+		t.Fatalf("a create of the template did not take its warm sandbox (%+v)", m.warmStats())
+	}
+	if out, _, _ := collect(t, m, info.ID, ExecRequest{Shell: "echo $X"}); out != "1\n" {
+		t.Fatalf("the template's env in the warm sandbox: %q", out)
+	}
+	plain, err := m.Create(ctx, Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWarm(t, m, 1)
+	stale, _ := warmIDs(m)
+	if plain.ID == stale[0] {
+		t.Fatal("the default spec took the template's warm sandbox")
+	}
+
+	write("2")
+	edited, err := m.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edited.ID == stale[0] {
+		t.Fatal("a warm sandbox of the template before its edit was handed out")
+	}
+	if out, _, _ := collect(t, m, edited.ID, ExecRequest{Shell: "echo $X"}); out != "2\n" {
+		t.Fatalf("after the edit: %q", out)
+	}
+	waitWarm(t, m, 1)
+	again, err := m.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := collect(t, m, again.ID, ExecRequest{Shell: "echo $X"}); out != "2\n" || m.warmStats().Hits != 2 {
+		t.Fatalf("the refilled pool: %q, %+v", out, m.warmStats())
 	}
 }

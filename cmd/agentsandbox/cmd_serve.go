@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -38,6 +39,7 @@ type serveOptions struct {
 	MaxSandboxes int
 	MaxRuns      int
 	Warm         int
+	WarmTemplate []string // FILE#STEP=N
 	DefaultTTL   time.Duration
 	DefaultIdle  time.Duration
 	Policy       policyOptions
@@ -76,11 +78,12 @@ and logged to STATE-DIR/serve-decisions.log as OPA decision log events, as is
 the admission of every sandbox's workflow.
 SIGHUP reloads the policy from the same --policy and --policy-data sources.
 
---warm N keeps N sandboxes of the default spec ('{}') opened ahead: a create
-that asks for just that gets one at once, and the pool opens the next in the
+--warm N keeps N sandboxes of the default spec ('{}') opened ahead, and
+--warm-template FILE#STEP=N as many of a template: a create that asks for
+the same sandbox gets one at once, and the pool opens the next in the
 background. Warm sandboxes hold their jail, workspace and namespaces while
 they wait, count against --max-sandboxes, and are admitted by the policy in
-force (a reload replaces them).` + exitStatusHelp,
+force (a reload replaces them, as does an edit of the template).` + exitStatusHelp,
 		Example: `  agentsandbox serve
   curl --unix-socket ~/.local/state/agentsandbox/serve.sock -X POST http://sandbox/v1/sandboxes -d '{}'
   agentsandbox serve --listen 127.0.0.1:8723 --token-file /etc/agentsandbox/token`,
@@ -100,10 +103,36 @@ force (a reload replaces them).` + exitStatusHelp,
 // check refuses flag values the manager cannot take, before anything
 // else (the root check included).
 func (opts serveOptions) check() error {
+	_, err := opts.warmSpecs()
+	return err
+}
+
+// warmSpecs are the pools --warm and --warm-template ask for.
+func (opts serveOptions) warmSpecs() ([]sandboxes.WarmSpec, error) {
 	if opts.Warm < 0 || opts.Warm > opts.MaxSandboxes {
-		return usageErrorf("--warm %d: want 0 to --max-sandboxes (%d)", opts.Warm, opts.MaxSandboxes)
+		return nil, usageErrorf("--warm %d: want 0 to --max-sandboxes (%d)", opts.Warm, opts.MaxSandboxes)
 	}
-	return nil
+	var specs []sandboxes.WarmSpec
+	total := opts.Warm
+	if opts.Warm > 0 {
+		specs = append(specs, sandboxes.WarmSpec{N: opts.Warm})
+	}
+	for _, v := range opts.WarmTemplate {
+		ref, count, ok := strings.Cut(v, "=")
+		n, err := strconv.Atoi(count)
+		if !ok || err != nil || n < 1 || !strings.Contains(ref, "#") {
+			return nil, usageErrorf("--warm-template %q: want FILE#STEP=N, such as ci.yaml#test=2", v)
+		}
+		if opts.Templates == "" {
+			return nil, usageErrorf("--warm-template %q: needs --templates DIR, where the file is", v)
+		}
+		specs = append(specs, sandboxes.WarmSpec{Spec: sandboxes.Spec{Template: ref}, N: n})
+		total += n
+	}
+	if total > opts.MaxSandboxes {
+		return nil, usageErrorf("--warm and --warm-template ask for %d warm sandboxes, over --max-sandboxes (%d)", total, opts.MaxSandboxes)
+	}
+	return specs, nil
 }
 
 func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
@@ -183,7 +212,8 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 // newServeManager opens the state directory, removes what a killed server
 // left, and starts the sandbox manager that serve and mcp share.
 func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (sandboxes.Manager, *record.Store, error) {
-	if err := opts.check(); err != nil {
+	warm, err := opts.warmSpecs()
+	if err != nil {
 		return nil, nil, err
 	}
 	if opts.Templates != "" {
@@ -235,7 +265,7 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (sandb
 			Backends: backends,
 			Fetch:    fetch, Policy: pol, ToolVersion: toolVersion(),
 		},
-		TemplateDir: opts.Templates, MaxSandboxes: opts.MaxSandboxes, MaxRuns: opts.MaxRuns, Warm: opts.Warm,
+		TemplateDir: opts.Templates, MaxSandboxes: opts.MaxSandboxes, MaxRuns: opts.MaxRuns, Warm: warm,
 		DefaultTTL: opts.DefaultTTL, DefaultIdle: opts.DefaultIdle,
 		Logf: func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
 	}
@@ -246,6 +276,9 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (sandb
 		}
 	}
 	mgr, err := sandboxes.New(mo)
+	if sandboxes.CodeOf(err) == sandboxes.CodeBadRequest { // a warm pool's spec
+		return nil, nil, withExit(ExitInvalid, err)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -259,6 +292,7 @@ func (opts *serveOptions) addManagerFlags(f *pflag.FlagSet) {
 	f.IntVar(&opts.MaxSandboxes, "max-sandboxes", 32, "most sandboxes running at once")
 	f.IntVar(&opts.MaxRuns, "max-runs", 4, "most workflows run at once (POST /v1/runs, the MCP tool run_workflow)")
 	f.IntVar(&opts.Warm, "warm", 0, "sandboxes of the default spec kept opened ahead for creates of '{}' (0: none)")
+	f.StringArrayVar(&opts.WarmTemplate, "warm-template", nil, "FILE#STEP=N: N sandboxes of that template (in --templates) kept opened ahead (repeatable)")
 	f.DurationVar(&opts.DefaultTTL, "default-ttl", time.Hour, "a sandbox's lifetime when its spec gives none")
 	f.DurationVar(&opts.DefaultIdle, "default-idle", 15*time.Minute, "a sandbox's idle timeout when its spec gives none")
 	opts.Policy.AddFlags(f)

@@ -134,13 +134,32 @@ func TestServeKilledAndRestarted(t *testing.T) {
 	}
 }
 
-// --warm takes 0 to --max-sandboxes; anything else is a usage error before
-// the server opens anything.
+// --warm takes 0 to --max-sandboxes and --warm-template FILE#STEP=N with
+// --templates, together within --max-sandboxes; anything else is a usage
+// error before the server opens anything.
 func TestServeWarmFlag(t *testing.T) {
-	for _, args := range [][]string{{"--warm", "-1"}, {"--warm", "5", "--max-sandboxes", "4"}} {
+	for _, args := range [][]string{
+		{"--warm", "-1"},
+		{"--warm", "5", "--max-sandboxes", "4"},
+		{"--warm-template", "ci.yaml#test"},
+		{"--warm-template", "ci.yaml=2", "--templates", "."},
+		{"--warm-template", "ci.yaml#test=0", "--templates", "."},
+		{"--warm-template", "ci.yaml#test=2"},
+		{"--warm", "3", "--warm-template", "ci.yaml#test=2", "--templates", ".", "--max-sandboxes", "4"},
+	} {
 		code, _, stderr := execute(t, append([]string{"serve", "--state-dir", t.TempDir()}, args...)...)
 		if code != ExitInvalid || !strings.Contains(stderr, "--warm") {
 			t.Errorf("serve %v: exit %d, stderr %q", args, code, stderr)
 		}
+	}
+}
+
+// A --warm-template whose file is not in --templates is refused with exit
+// 2 when the manager starts, before any sandbox is opened.
+func TestServeWarmTemplateMissing(t *testing.T) {
+	testtier.Root(t)
+	code, _, stderr := execute(t, "serve", "--state-dir", t.TempDir(), "--templates", t.TempDir(), "--warm-template", "ci.yaml#test=1")
+	if code != ExitInvalid || !strings.Contains(stderr, "warm pool of template ci.yaml#test") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
 }
