@@ -79,29 +79,13 @@ func (m *manager) authorize(ctx context.Context, b *box, a policy.Action) (strin
 // logDecision writes d as a line of the decision log. requested_by is
 // the sandbox the action is in ("sandbox:<id>"), empty for a create.
 func (m *manager) logDecision(a policy.Action, d *policy.ActionDecision, took time.Duration) {
-	m.pol.mu.Lock()
-	defer m.pol.mu.Unlock()
-	if m.pol.log == nil {
-		return
-	}
-	if err := m.pol.ensureInstance(); err != nil {
-		m.o.Logf("decision log: %v", err)
-		return
-	}
-	o := policy.EventOptions{ID: m.pol.instance, Version: m.o.Engine.ToolVersion, Time: d.Time}
+	requestedBy := ""
 	if a.Sandbox.ID != "" {
-		o.RequestedBy = "sandbox:" + a.Sandbox.ID
+		requestedBy = "sandbox:" + a.Sandbox.ID
 	}
-	ev, err := policy.ActionEvent(d, a, took, o)
-	if err == nil {
-		var line []byte
-		if line, err = policy.AppendEvent(nil, ev); err == nil {
-			_, err = m.pol.log.Write(line)
-		}
-	}
-	if err != nil {
-		m.o.Logf("decision log: %v", err)
-	}
+	m.logEvent(d.Time, requestedBy, func(o policy.EventOptions) (policy.DecisionEvent, error) {
+		return policy.ActionEvent(d, a, took, o)
+	})
 }
 
 // logAdmission writes the admission of the sandbox id, the decision on
@@ -112,21 +96,29 @@ func (m *manager) logAdmission(d *policy.Decision, input []byte, id string) {
 	if d == nil || input == nil {
 		return
 	}
+	m.logEvent(time.Now(), "sandbox:"+id, func(o policy.EventOptions) (policy.DecisionEvent, error) {
+		return policy.AdmissionEvent(d, input, o)
+	})
+}
+
+// logEvent appends the event build makes, with this server's labels, to
+// the decision log, if there is one. A failure is logged, not returned:
+// the decision stands either way.
+func (m *manager) logEvent(at time.Time, requestedBy string, build func(policy.EventOptions) (policy.DecisionEvent, error)) {
 	m.pol.mu.Lock()
 	defer m.pol.mu.Unlock()
 	if m.pol.log == nil {
 		return
 	}
-	if err := m.pol.ensureInstance(); err != nil {
-		m.o.Logf("decision log: %v", err)
-		return
-	}
-	o := policy.EventOptions{ID: m.pol.instance, Version: m.o.Engine.ToolVersion, Time: time.Now(), RequestedBy: "sandbox:" + id}
-	ev, err := policy.AdmissionEvent(d, input, o)
+	err := m.pol.ensureInstance()
 	if err == nil {
-		var line []byte
-		if line, err = policy.AppendEvent(nil, ev); err == nil {
-			_, err = m.pol.log.Write(line)
+		var ev policy.DecisionEvent
+		ev, err = build(policy.EventOptions{ID: m.pol.instance, Version: m.o.Engine.ToolVersion, Time: at, RequestedBy: requestedBy})
+		if err == nil {
+			var line []byte
+			if line, err = policy.AppendEvent(nil, ev); err == nil {
+				_, err = m.pol.log.Write(line)
+			}
 		}
 	}
 	if err != nil {
