@@ -15,6 +15,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 )
 
 // lastLine is the record id apply prints last.
@@ -119,8 +120,10 @@ func testApplySIGINT(t *testing.T, isolation, flake string) {
 	a := startApply(t, bin, append(args, wf)...)
 	a.waitFor(t, "[sleeper] job-running", 3*time.Minute)
 	cmd, stdout := a.cmd, a.stdout
+	run := runningRunID(t, state)
+	stepCgroup := hoststate.CgroupPath(run, "sleeper")
 	time.Sleep(300 * time.Millisecond)
-	if isolation == "vm" && len(stepProcesses(t, "qemu-system", "/sleeper")) == 0 {
+	if isolation == "vm" && len(stepProcesses(t, "qemu-system", stepCgroup)) == 0 {
 		t.Errorf("no hypervisor found in the step's cgroup while the job runs: the leftover check below would prove nothing")
 	}
 	cmd.Process.Signal(syscall.SIGINT)
@@ -128,14 +131,14 @@ func testApplySIGINT(t *testing.T, isolation, flake string) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != ExitInfra {
 		t.Errorf("apply after SIGINT: %v, want exit %d", err, ExitInfra)
 	}
-	assertStepLeftNothing(t, "sleeper", state)
-	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), "/run/agentsandbox/jails/") {
+	assertStepLeftNothing(t, run, "sleeper", state)
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), hoststate.JailRoot("/run/agentsandbox/jails", run, "sleeper")) {
 		t.Errorf("jail mounts left:\n%s", mounts)
 	}
-	if pids := stepProcesses(t, "qemu-system", "/sleeper"); len(pids) > 0 {
+	if pids := stepProcesses(t, "qemu-system", stepCgroup); len(pids) > 0 {
 		t.Errorf("hypervisor processes of the step left: %v", pids)
 	}
-	if vms, _ := filepath.Glob("/run/agentsandbox/vms/*-sleeper*"); len(vms) != 0 {
+	if vms, _ := filepath.Glob(hoststate.VMWorkDir("/run/agentsandbox/vms", run, "sleeper") + "*"); len(vms) != 0 {
 		t.Errorf("VM working directories left: %v", vms)
 	}
 	// The interrupted run is still recorded.
@@ -144,22 +147,34 @@ func testApplySIGINT(t *testing.T, isolation, flake string) {
 	}
 }
 
-// assertStepLeftNothing checks that the step named step of an apply that
-// used the state directory state left no network namespace, cgroup, mount
-// under the state directory or run directory. Other packages' tests may
-// run at the same time: it looks for this step's names only (netns
-// asb-RUN-STEP, cgroup /agentsandbox/RUN/STEP).
-func assertStepLeftNothing(t *testing.T, step, state string) {
+// runningRunID is the id of the one apply running with the state
+// directory state (its run directory's name).
+func runningRunID(t *testing.T, state string) string {
+	t.Helper()
+	runs, _ := os.ReadDir(filepath.Join(state, "runs"))
+	if len(runs) != 1 {
+		t.Fatalf("run directories while the step runs: %v, want one (else the checks after it prove nothing)", runs)
+	}
+	return runs[0].Name()
+}
+
+// assertStepLeftNothing checks that the step named step of the run run,
+// an apply that used the state directory state, left no network
+// namespace, cgroup, mount under the state directory or run directory.
+// Other tests, of this package or of another test suite on the same
+// host, may run at the same time: it looks for this run's names only
+// (hoststate.NetnsName, hoststate.CgroupPath).
+func assertStepLeftNothing(t *testing.T, run, step, state string) {
 	t.Helper()
 	nss, _ := netns.List(netns.Prefix)
 	for _, n := range nss {
-		if strings.HasSuffix(n, "-"+step) {
+		if n == hoststate.NetnsName(run, step) {
 			t.Errorf("network namespace left: %s", n)
 		}
 	}
 	cgs, _ := cgroup.List("/agentsandbox")
 	for _, c := range cgs {
-		if strings.HasSuffix(c, "/"+step) {
+		if c == hoststate.CgroupPath(run, step) {
 			t.Errorf("cgroup left: %s", c)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 )
 
 // TestGCAfterSIGKILLWithStateDir kills an apply that uses its own state
@@ -23,10 +24,7 @@ func TestGCAfterSIGKILLWithStateDir(t *testing.T) {
 	state := filepath.Join(dir, "custom-state")
 	a := startApply(t, bin, "apply", "--isolation", "namespace", "--state-dir", state, wf)
 	a.waitFor(t, "[gckilled] job-running", time.Minute)
-	runs, _ := os.ReadDir(filepath.Join(state, "runs"))
-	if len(runs) != 1 {
-		t.Fatalf("run directories while the step runs: %v, want one (else the check below proves nothing)", runs)
-	}
+	run := runningRunID(t, state)
 	a.cmd.Process.Signal(syscall.SIGKILL)
 	a.wait()
 
@@ -34,11 +32,11 @@ func TestGCAfterSIGKILLWithStateDir(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("gc: exit %d\n%s%s", code, out, stderr)
 	}
-	if !strings.Contains(out, filepath.Join(state, "runs", runs[0].Name())) {
+	if !strings.Contains(out, filepath.Join(state, "runs", run)) {
 		t.Errorf("gc did not report removing the run directory:\n%s", out)
 	}
-	assertStepLeftNothing(t, "gckilled", state)
-	if pids := stepProcesses(t, "sleep", "/gckilled"); len(pids) > 0 {
+	assertStepLeftNothing(t, run, "gckilled", state)
+	if pids := stepProcesses(t, "sleep", hoststate.CgroupPath(run, "gckilled")); len(pids) > 0 {
 		t.Errorf("job processes left: %v", pids)
 	}
 }
