@@ -18,36 +18,35 @@ import (
 // uid agentsandbox runs as, and the input is logged unless it is over
 // policy.MaxLoggedInput (its digest is in custom.input_digest either way,
 // and the workflow file is pinned in the record).
+//
+// The input is the one the decision was made on (Decision.Input), or made
+// again from plan for a Policy that does not keep it.
 func (r *run) logDecisions(rec *record.Record, plan *workflow.Workflow) error {
-	_, err := r.logAdmission(rec, plan)
-	return err
-}
-
-// logAdmission is logDecisions, and returns the input document the
-// decision was made on (nil without a decision).
-func (r *run) logAdmission(rec *record.Record, plan *workflow.Workflow) ([]byte, error) {
 	if rec.Policy == nil || r.decision == nil {
-		return nil, nil
+		return nil
 	}
 	host := r.o.Host.Policy()
-	in, err := policy.InputDocument(plan, host)
-	if err != nil {
-		return nil, fmt.Errorf("write the decision log: %w", err)
+	in := r.decision.Input()
+	if in == nil {
+		var err error
+		if in, err = policy.InputDocument(plan, host); err != nil {
+			return fmt.Errorf("write the decision log: %w", err)
+		}
 	}
 	ev, err := policy.AdmissionEvent(r.decision, in, policy.EventOptions{
 		ID: r.runID, Version: r.o.ToolVersion, RequestedBy: "uid:" + strconv.Itoa(host.UID), Time: rec.Started,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("write the decision log: %w", err)
+		return fmt.Errorf("write the decision log: %w", err)
 	}
 	line, err := policy.AppendEvent(nil, ev)
 	if err != nil {
-		return nil, fmt.Errorf("write the decision log: %w", err)
+		return fmt.Errorf("write the decision log: %w", err)
 	}
 	d, _, err := r.o.Store.PutBlob(bytes.NewReader(line))
 	if err != nil {
-		return nil, fmt.Errorf("store the decision log: %w", err)
+		return fmt.Errorf("store the decision log: %w", err)
 	}
 	rec.Policy.DecisionLog = &d
-	return in, nil
+	return nil
 }

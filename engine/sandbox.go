@@ -27,11 +27,8 @@ import (
 type Sandbox struct {
 	ID   string
 	Step workflow.Step // isolation resolved
-	// Decision is the policy's admission of the sandbox, and
-	// AdmissionInput the input document it was made on
-	// (policy.InputDocument), for a server's own decision log.
-	Decision       *policy.Decision
-	AdmissionInput []byte
+	// Decision is the policy's admission of the sandbox.
+	Decision *policy.Decision
 	// Workspace is the host directory mounted at /workspace: the files
 	// API reads and writes it beneath its root (internal/jobfs).
 	Workspace string
@@ -95,7 +92,7 @@ func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options
 	if err := r.pinWorkflow(rec); err != nil {
 		return nil, err
 	}
-	if sb.AdmissionInput, err = r.logAdmission(rec, plan); err != nil { // the admission, as an apply's (decisionlog.go)
+	if err := r.logDecisions(rec, plan); err != nil { // the admission, as an apply's (decisionlog.go)
 		return nil, err
 	}
 	if err := r.prepare(ctx, rec); err != nil {

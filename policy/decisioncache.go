@@ -231,18 +231,6 @@ func (c *CachedEngine) Engine(ctx context.Context) (*Engine, error) {
 	return c.engine, c.err
 }
 
-// Cached reports whether the decision for w on host is in the cache.
-func (c *CachedEngine) Cached(w *workflow.Workflow, host Host) bool {
-	if c.cache == nil {
-		return false
-	}
-	in, err := InputDocument(w, host)
-	if err != nil {
-		return false
-	}
-	return c.cache.get(c.digest, sha256.Sum256(in)) != nil
-}
-
 // Eval decides whether w may run on host: from the cache when the
 // decision is there, else by compiling (once) and evaluating, and then
 // storing the decision.
@@ -256,7 +244,7 @@ func (c *CachedEngine) Eval(ctx context.Context, w *workflow.Workflow, host Host
 		if d := c.cache.get(c.digest, sha256.Sum256(in)); d != nil {
 			now := time.Now()
 			_ = os.Chtimes(c.cache.path(d.ID), now, now) // used: keep it from GCDecisionCache
-			d.Cached, d.EvalTime = true, time.Since(start)
+			d.Cached, d.EvalTime, d.input = true, time.Since(start), in
 			return d, nil
 		}
 	}

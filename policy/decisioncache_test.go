@@ -66,9 +66,6 @@ func TestDecisionCacheHit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !e.Cached(generated(3), cacheHost) || e.Cached(generated(4), cacheHost) {
-		t.Error("Cached does not tell a stored decision from another")
-	}
 	second, err := e.Eval(context.Background(), generated(3), cacheHost)
 	if err != nil {
 		t.Fatal(err)
@@ -87,6 +84,14 @@ func TestDecisionCacheHit(t *testing.T) {
 	}
 	if other.Cached || other.InputDigest == want.InputDigest {
 		t.Error("other host facts got the stored decision")
+	}
+	// Another workflow too.
+	if d, err := e.Eval(context.Background(), generated(4), cacheHost); err != nil || d.Cached {
+		t.Errorf("another workflow got a stored decision: %v", err)
+	}
+	// Both kinds of decision carry the input they were made on.
+	if in, _ := InputDocument(generated(3), cacheHost); string(second.Input()) != string(in) || string(first.Input()) != string(in) {
+		t.Error("a decision's Input is not its input document")
 	}
 }
 

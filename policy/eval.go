@@ -77,7 +77,15 @@ type Decision struct {
 	// entries no step may reach, enforced by every step's egress proxy
 	// and resolver besides the admission rules. BundleDigest pins it.
 	EgressDeny []string `json:"egressDeny,omitempty"`
+
+	// input is the input document the decision was made on; see Input.
+	input []byte
 }
+
+// Input is the input document the decision was made on (InputDocument's
+// bytes, which InputDigest is over), for a decision log line; nil for a
+// decision that did not come from Eval (one decoded from JSON).
+func (d *Decision) Input() []byte { return d.input }
 
 // SeccompAllowFor is what SeccompAllow grants step: its own entry and
 // "*", sorted, without repeats; nil when nothing is granted.
@@ -156,6 +164,7 @@ func (e *Engine) evalInput(ctx context.Context, in []byte, start time.Time) (*De
 	d := &Decision{
 		BundleDigest: e.bundle,
 		InputDigest:  sha256.Sum256(in),
+		input:        in,
 		Policies:     slices.Clone(e.policies),
 	}
 	if len(e.seccompAllow) > 0 {

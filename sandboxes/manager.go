@@ -167,7 +167,7 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 		Sandbox: policy.ActionSandbox{Labels: s.Labels, Isolation: string(w.Steps[0].Isolation)}, Step: canonicalStep(w.Steps[0])}); err != nil {
 		return Info{}, err
 	}
-	warm := m.takeWarm(s) // nil unless s is the default spec and one is ready
+	warm := m.takeWarm(w) // nil unless a pool of a spec that makes w has one ready
 	if warm != nil {
 		id = warm.id
 	}
@@ -198,7 +198,7 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 		sb = warm.sb
 	} else {
 		sb, err = engine.OpenSandbox(ctx, w, id, m.engineOptions(w, filename, raw))
-		m.logOpened(sb, w, id, err)
+		m.logOpened(sb, id, err)
 	}
 	if err != nil {
 		m.mu.Lock()

@@ -11,7 +11,6 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/policy"
-	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
 // Every action in a sandbox is judged by the policy's deny_action rules
@@ -127,27 +126,15 @@ func (m *manager) logEvent(at time.Time, requestedBy string, build func(policy.E
 }
 
 // logOpened logs the admission of a sandbox engine.OpenSandbox opened, or
-// of the workflow w it refused with a denial (err); other errors made no
-// decision.
-func (m *manager) logOpened(sb *engine.Sandbox, w *workflow.Workflow, id string, err error) {
-	if err == nil {
-		m.logAdmission(sb.Decision, sb.AdmissionInput, id)
-		return
-	}
+// the denial it refused one with (err); other errors made no decision.
+func (m *manager) logOpened(sb *engine.Sandbox, id string, err error) {
 	var denied *policy.DeniedError
-	if !errors.As(err, &denied) {
-		return
+	switch {
+	case err == nil:
+		m.logAdmission(sb.Decision, sb.Decision.Input(), id)
+	case errors.As(err, &denied):
+		m.logAdmission(denied.Decision, denied.Decision.Input(), id)
 	}
-	host := m.o.Engine.Host.Policy()
-	plan, rerr := engine.Resolve(w, m.o.Engine.Isolation, host)
-	if rerr != nil {
-		return
-	}
-	in, ierr := policy.InputDocument(plan, host)
-	if ierr != nil {
-		return
-	}
-	m.logAdmission(denied.Decision, in, id)
 }
 
 // ensureInstance makes labels.id of the log's events on first use; h.mu

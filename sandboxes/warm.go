@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/policy"
+	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
 // Warm pools: for each WarmSpec of Options.Warm, N sandboxes of its spec
@@ -65,11 +66,22 @@ type warmBox struct {
 // as the sandbox's would be (so "isolation: namespace" is the default).
 // It is nil for a spec that makes no workflow.
 func (m *manager) warmKey(s Spec) []byte {
-	w, _, _, err := specWorkflow(s, "warm", m.o.TemplateDir)
+	w, _, _, err := specWorkflow(s, warmID, m.o.TemplateDir)
 	if err != nil {
 		return nil
 	}
-	plan, err := engine.Resolve(w, m.o.Engine.Isolation, m.o.Engine.Host.Policy())
+	return m.workflowKey(w)
+}
+
+// warmID is the placeholder id warm keys are made under.
+const warmID = "warm"
+
+// workflowKey is warmKey of the spec that made w (specWorkflow), under
+// whatever id: a create compares the workflow it has already made.
+func (m *manager) workflowKey(w *workflow.Workflow) []byte {
+	c := *w
+	c.Name = "sandbox-" + warmID // specWorkflow names it after the id
+	plan, err := engine.Resolve(&c, m.o.Engine.Isolation, m.o.Engine.Host.Policy())
 	if err != nil {
 		return nil
 	}
@@ -200,7 +212,7 @@ func (m *manager) openWarm(p *warmPool) error {
 		}
 	}()
 	sb, err := engine.OpenSandbox(ctx, w, id, m.engineOptions(w, filename, raw))
-	m.logOpened(sb, w, id, err) // decided now, whoever takes it later
+	m.logOpened(sb, id, err) // decided now, whoever takes it later
 	if err != nil {
 		return err
 	}
@@ -235,13 +247,13 @@ func (m *manager) usable(wb *warmBox, key []byte) bool {
 	return pol == nil || pol.BundleDigest() == wb.bundle
 }
 
-// takeWarm returns a warm sandbox for s, or nil when no pool of a spec
-// that makes the same workflow holds one.
-func (m *manager) takeWarm(s Spec) *warmBox {
+// takeWarm returns a warm sandbox for a create whose spec made w, or nil
+// when no pool of a spec that makes the same workflow holds one.
+func (m *manager) takeWarm(w *workflow.Workflow) *warmBox {
 	if len(m.warm) == 0 {
 		return nil
 	}
-	key := m.warmKey(s)
+	key := m.workflowKey(w)
 	if key == nil {
 		return nil
 	}
