@@ -68,8 +68,7 @@ func serveMCP(ctx context.Context, stdio Stdio, s *sdk.Server, mgr sandboxes.Man
 	sig, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintln(stdio.Err, "agentsandbox mcp: serving MCP on stdio")
-	t := &sdk.IOTransport{Reader: io.NopCloser(stdio.In), Writer: nopWriteCloser{stdio.Out}}
-	runErr := s.Run(sig, t)
+	runErr := s.Run(sig, mcpserver.StdioTransport(stdio.In, stdio.Out))
 	if sig.Err() != nil && ctx.Err() == nil {
 		runErr = nil // a signal asked us to stop
 	}
@@ -84,6 +83,3 @@ func serveMCP(ctx context.Context, stdio Stdio, s *sdk.Server, mgr sandboxes.Man
 	return nil
 }
 
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }

@@ -52,6 +52,29 @@ func TestMCPStdio(t *testing.T) {
 	}
 }
 
+// TestMCPStdioAnswersAtEOF: requests written all at once and then stdin
+// closed (printf INIT INITIALIZED TOOLS_LIST CALL | agentsandbox mcp) are
+// every one answered before the command ends.
+func TestMCPStdioAnswersAtEOF(t *testing.T) {
+	fake := fakesandboxes.New(t.TempDir())
+	in := strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sandbox_create","arguments":{}}}`,
+	}, "\n") + "\n"
+	var out, stderr bytes.Buffer
+	err := serveMCP(context.Background(), Stdio{In: strings.NewReader(in), Out: &out, Err: &stderr}, mcpserver.New(fake, "test", mcpserver.Options{}), fake)
+	if err != nil {
+		t.Fatalf("serveMCP: %v\n%s", err, stderr.String())
+	}
+	for _, want := range []string{`"id":1,"result"`, `"id":2,"result"`, `"id":3,"result"`, `"sandbox_create"`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("answers lack %s:\n%s", want, out.String())
+		}
+	}
+}
+
 func TestMCPHelp(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := Execute(context.Background(), Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}, []string{"mcp", "--help"}); code != ExitOK {
