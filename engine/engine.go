@@ -47,6 +47,7 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/jobfs"
+	"github.com/agentsandbox/agentsandbox/nixbuild"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
@@ -93,9 +94,12 @@ type Options struct {
 
 // Realised is what Nix produced for one step.
 type Realised struct {
-	Runner  string             // vm: the microvm.nix runner's store path
-	EnvPath string             // namespace: the step's buildEnv store path
-	Closure []record.StorePath // every store path the step runs on
+	Runner string // vm: the microvm.nix runner's store path
+	// RunnerNote says why the realiser chose this runner, when it chose
+	// (vmrunner.StepSpec.RunnerNote).
+	RunnerNote string
+	EnvPath    string             // namespace: the step's buildEnv store path
+	Closure    []record.StorePath // every store path the step runs on
 	// Lock is the flake.lock the closure was built with; every step of
 	// one realisation has the same.
 	Lock []byte
@@ -286,7 +290,7 @@ func (r *run) prepare(ctx context.Context, rec *record.Record) error {
 		}
 		r.emit(Event{Time: time.Now(), Kind: EventPhase, Line: fmt.Sprintf("realise %d steps with Nix", len(needNix))})
 		if rec.Host.Nix == "" {
-			rec.Host.Nix = nixVersion(ctx)
+			rec.Host.Nix, _ = nixVersion(ctx)
 		}
 		got, err := tracedRealise(ctx, r.o.Realise, needNix)
 		if err != nil {
@@ -318,7 +322,8 @@ func (r *run) prepare(ctx context.Context, rec *record.Record) error {
 }
 
 // ErrNoNix marks a run that needs Nix on a host without it.
-var ErrNoNix = errors.New("install Nix (Debian: apt-get install nix-bin) or remove the step's packages and use namespace isolation")
+var ErrNoNix = errors.New("install Nix " + nixbuild.MinNixVersionHint + " (" + nixbuild.HowToGetNix + "), " +
+	"or remove the step's packages and use namespace isolation")
 
 // BuildError is a failed Nix evaluation or build (exit status 4).
 type BuildError struct{ Err error }
@@ -404,7 +409,7 @@ func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepRes
 	spec := vmrunner.StepSpec{
 		RunID: r.runID, Step: step, Job: job,
 		Workspace: dirs.Workspace, ControlDir: dirs.Control,
-		ClosurePaths: storePaths(real.Closure), EnvPath: real.EnvPath, Runner: real.Runner,
+		ClosurePaths: storePaths(real.Closure), EnvPath: real.EnvPath, Runner: real.Runner, RunnerNote: real.RunnerNote,
 		Console: console, SeccompAllow: r.decision.SeccompAllowFor(step.Name),
 	}
 	gw, err := r.stepEgress(step)

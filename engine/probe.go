@@ -7,14 +7,20 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/nixbuild"
+	"github.com/agentsandbox/agentsandbox/nixgen"
+
+	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
+	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
 // KVMProbe reports whether a guest really runs under KVM, and why not.
-type KVMProbe func(ctx context.Context) (usable bool, reason string)
+type KVMProbe func(ctx context.Context) vmrunner.KVMAnswer
 
 // ProbeHost gathers the host facts apply and policy need. kvm may be nil,
 // which reports KVM as unusable without trying (validate and plan use that
@@ -38,24 +44,57 @@ func ProbeHost(ctx context.Context, kvm KVMProbe) Host {
 	}
 	h.KVMReason = "not probed"
 	if kvm != nil {
-		h.KVMUsable, h.KVMReason = kvm(ctx)
+		a := kvm(ctx)
+		h.KVMUsable, h.KVMReason, h.KVMDetail = a.Usable, a.Reason, a.Detail
 	}
 	return h
 }
 
-// nixVersion is `nix --version`, or "" when it cannot be had.
-func nixVersion(ctx context.Context) string {
+// nixVersion is `nix --version` of the nix on PATH, and that nix's path,
+// or "" when it cannot be had. It runs once per binary for the process's
+// life: the realiser's version check and the record share one answer.
+func nixVersion(ctx context.Context) (version, path string) {
 	p, err := exec.LookPath("nix")
 	if err != nil {
-		return ""
+		return "", ""
+	}
+	if v, ok := nixVersions.Load(p); ok {
+		return v.(string), p
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, p, "--version").Output()
 	if err != nil {
-		return ""
+		return "", p
 	}
-	return strings.TrimSpace(string(out))
+	v := strings.TrimSpace(string(out))
+	nixVersions.Store(p, v)
+	return v, p
+}
+
+// nixVersions caches nixVersion by binary.
+var nixVersions sync.Map
+
+// CheckNix refuses, before anything is evaluated, a Nix on PATH older
+// than w's generated flake needs (nixgen.RequiredNix, which reads the
+// workflow's lock at lockFile for the nixpkgs' age; "" for none). It
+// returns a *nixbuild.TooOldError, or nil when the Nix is new enough, when
+// nothing needs a newer one, or when there is no Nix (callers say that
+// themselves).
+func CheckNix(ctx context.Context, w *workflow.Workflow, lockFile string) error {
+	var lock []byte
+	if lockFile != "" {
+		lock, _ = os.ReadFile(lockFile)
+	}
+	req := nixgen.RequiredNix(w, lock)
+	if req.Version == "" {
+		return nil
+	}
+	found, path := nixVersion(ctx)
+	if found == "" {
+		return nil
+	}
+	return nixbuild.CheckVersion(found, path, req.Version, strings.Join(req.Why, "; "))
 }
 
 func kernelRelease() string {

@@ -33,10 +33,12 @@ type NixRealiser struct {
 	UpdateLock bool
 	// KVM says whether KVM runs guests here. Without it, qemu steps are
 	// realised as their software-emulation runner (nixgen's TCGRunnerAttr),
-	// since microvm.nix bakes -enable-kvm into the default one.
-	KVM    bool
-	Gen    nixgen.Options
-	Stderr io.Writer // Nix's progress output; nil discards it
+	// since microvm.nix bakes -enable-kvm into the default one; KVMReason
+	// says why not, and the runner's note (Realised.RunnerNote) repeats it.
+	KVM       bool
+	KVMReason string
+	Gen       nixgen.Options
+	Stderr    io.Writer // Nix's progress output; nil discards it
 }
 
 // Realise builds the runner (vm) or package environment (namespace) of each
@@ -44,6 +46,16 @@ type NixRealiser struct {
 func (n *NixRealiser) Realise(ctx context.Context, steps []workflow.Step) (map[string]Realised, error) {
 	dir := n.FlakeDir
 	if dir == "" {
+		// A Nix too old for the flake fails here, with what to do, rather
+		// than in nixpkgs' evaluation. (A flake of the user's own says
+		// what it needs itself.)
+		lock := n.WorkflowPath + ".lock"
+		if n.UpdateLock || n.WorkflowPath == "" {
+			lock = ""
+		}
+		if err := CheckNix(ctx, n.Workflow, lock); err != nil {
+			return nil, err
+		}
 		files, err := nixgen.Generate(n.Workflow, n.Gen)
 		if err != nil {
 			return nil, fmt.Errorf("generate flake: %w", err)
@@ -61,8 +73,9 @@ func (n *NixRealiser) Realise(ctx context.Context, steps []workflow.Step) (map[s
 	users := map[string][]string{}     // attr → the steps it realises
 	kind := map[string]bool{}          // attr → is a runner
 	env := map[string]nixgen.EnvHash{} // step → its environment
+	notes := map[string]string{}       // attr → why this runner
 	for _, s := range steps {
-		attr, runner, h, err := n.attrFor(s)
+		attr, runner, h, note, err := n.attrFor(s)
 		if err != nil {
 			return nil, &BuildError{Err: fmt.Errorf("step %q: %w", s.Name, err)}
 		}
@@ -71,6 +84,7 @@ func (n *NixRealiser) Realise(ctx context.Context, steps []workflow.Step) (map[s
 		}
 		users[attr] = append(users[attr], s.Name)
 		kind[attr] = runner
+		notes[attr] = note
 		env[s.Name] = h
 	}
 	owner := map[string]string{}
@@ -105,7 +119,7 @@ func (n *NixRealiser) Realise(ctx context.Context, steps []workflow.Step) (map[s
 		}
 		r := Realised{Lock: lock}
 		if kind[o.Attr] {
-			r.Runner = o.Out
+			r.Runner, r.RunnerNote = o.Out, notes[o.Attr]
 		} else {
 			r.EnvPath = o.Out
 		}
@@ -155,21 +169,25 @@ func ownerOf(names []string) string {
 }
 
 // attrFor is the flake attribute that realises step s (its environment's),
-// whether it is a VM runner (else a package environment), and the
-// environment.
-func (n *NixRealiser) attrFor(s workflow.Step) (attr string, runner bool, h nixgen.EnvHash, err error) {
+// whether it is a VM runner (else a package environment), the
+// environment, and why this runner when the realiser chose it.
+func (n *NixRealiser) attrFor(s workflow.Step) (attr string, runner bool, h nixgen.EnvHash, note string, err error) {
 	e, err := nixgen.EnvironmentOf(&s)
 	if err != nil {
-		return "", false, h, err
+		return "", false, h, "", err
 	}
 	h = e.Hash()
 	if s.Isolation != workflow.IsolationVM {
-		return n.Gen.EnvAttr(h), false, h, nil
+		return n.Gen.EnvAttr(h), false, h, "", nil
 	}
 	if !n.KVM && s.Hypervisor == workflow.HypervisorQEMU {
-		return n.Gen.TCGRunnerAttr(h), true, h, nil
+		note = "its software-emulation runner was built"
+		if n.KVMReason != "" {
+			note += " because KVM cannot run microvm.nix's guests here: " + n.KVMReason
+		}
+		return n.Gen.TCGRunnerAttr(h), true, h, note, nil
 	}
-	return n.Gen.RunnerAttr(h), true, h, nil
+	return n.Gen.RunnerAttr(h), true, h, "", nil
 }
 
 // GenDirFor is the stable directory for w's generated flake under root.

@@ -7,8 +7,10 @@
 //
 // Command lines are data: buildArgs and pathInfoArgs return the argv that
 // Build and Closure run, so --dry-run can print them and tests compare them.
-// It works with Debian's Nix 2.8 (experimental features enabled on the
-// command line) and with newer Nix, whose path-info JSON has another shape.
+// It works with Nix 2.18 and later, which today's nixpkgs needs (the
+// experimental features are enabled on the command line, and path-info's
+// JSON is read in both the list shape of Nix before 2.19 and the object
+// shape after); Version and CheckVersion tell an older one apart.
 package nixbuild
 
 import (
@@ -33,17 +35,18 @@ import (
 const ExperimentalFeatures = "nix-command flakes"
 
 // ErrNixMissing says that the nix command is not installed.
-var ErrNixMissing = errors.New("nix not found in PATH: install it (Debian and Ubuntu: apt-get install nix-bin; " +
-	"elsewhere the installer from https://nixos.org/download), or use isolation: namespace, " +
-	"which needs no Nix for steps without packages")
+var ErrNixMissing = errors.New("nix not found in PATH: install Nix " + MinNixVersionHint + " (" + HowToGetNix + "), " +
+	"or use isolation: namespace, which needs no Nix for steps without packages")
+
+// MinNixVersionHint is the Nix to install, for messages.
+const MinNixVersionHint = "2.18 or later"
 
 // ErrBuildUsers says that Nix is configured to build as the members of a
 // build-users group that does not exist, which Debian's nix-bin leaves so:
 // the package installs Nix but not its build users.
 var ErrBuildUsers = errors.New("nix cannot build: its build-users group does not exist. " +
-	"Create Nix's build users (Debian and Ubuntu: apt-get install nix-setup-systemd, " +
-	"which adds the group nixbld and users nixbld1-10 and works without systemd as PID 1; " +
-	"scripts/setup.sh does this), or build as root without them by setting " +
+	"Create Nix's build users (the group nixbld and users nixbld1-10: scripts/install-nix.sh adds them " +
+	"as Debian's nix-setup-systemd does, without needing systemd as PID 1), or build as root without them by setting " +
 	"'build-users-group =' in /etc/nix/nix.conf")
 
 // buildUsersMissing matches Nix's message for a missing build-users group,

@@ -193,7 +193,7 @@ func TestBuildUsersMissing(t *testing.T) {
 	if !errors.Is(err, ErrBuildUsers) {
 		t.Fatalf("Build = %v, want ErrBuildUsers", err)
 	}
-	for _, want := range []string{`group "nixbld"`, "apt-get install nix-setup-systemd", "build-users-group ="} {
+	for _, want := range []string{`group "nixbld"`, "scripts/install-nix.sh adds them", "build-users-group ="} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}

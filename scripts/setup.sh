@@ -6,11 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
-  nix-bin           # nix build, nix-instantiate --parse, nix hash path
-  nix-setup-systemd # Nix's build users (group nixbld, nixbld1-10) and /etc/nix/nix.conf:
-                    # nix-bin alone leaves root's builds failing with "the group 'nixbld'
-                    # specified in 'build-users-group' does not exist". Its postinst
-                    # only adds users and groups, so it works without systemd as PID 1.
+  patchelf          # scripts/install-nix.sh: Debian 13's Nix in a private prefix
+  bash-static       # Nix's sandbox gives builders /usr/bin/bash-static as /bin/sh
   e2fsprogs         # mkfs.ext4 for the workspace quota image
   qemu-system-x86   # vm isolation (software emulation here)
   busybox-static    # VM test fixture initramfs; offline Nix test flakes
@@ -39,17 +36,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# nix-setup-systemd was installed before this script installed it on some
-# machines, or a user removed the group since: check the outcome, not the package.
-if command -v nix >/dev/null && ! getent group nixbld >/dev/null; then
-  echo "setup: Nix is installed but its build group nixbld is missing; reinstalling nix-setup-systemd" >&2
-  if [ "$(id -u)" -eq 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --reinstall nix-setup-systemd >/dev/null
-  else
-    echo "setup: run as root: sudo apt-get install --reinstall nix-setup-systemd" >&2
-    exit 1
-  fi
-fi
+# Nix 2.18 or later (Debian 12's nix-bin is 2.8, which today's nixpkgs
+# refuses) and its build users: see scripts/install-nix.sh.
+./scripts/install-nix.sh
 
 # Nix's build users and every job (uid 65534) must be able to traverse /.
 # Debian's / is 0755; a root unpacked from a tarball made in a mktemp

@@ -80,6 +80,10 @@ func runValidate(ctx context.Context, stdio Stdio, opts validateOptions, args []
 		if err != nil {
 			return err
 		}
+		// A Nix too old for the workflow's flake: apply will refuse it.
+		if err := engine.CheckNix(ctx, plan, path+".lock"); err != nil {
+			fmt.Fprintf(stdio.Err, "%s: warning: %v\n", path, err)
+		}
 		if _, err := admit(ctx, pol, plan, *host, stdio.Err); err != nil {
 			worst = max(worst, exitCode(err))
 			fmt.Fprintf(stdio.Err, "%s: %v\n", path, err)

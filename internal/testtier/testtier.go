@@ -3,8 +3,9 @@
 //
 // Tiers:
 //   - pure: always runs; needs nothing but Go.
-//   - nix: needs the nix and nix-instantiate commands; NixBuild also
-//     needs Nix able to build as root (its build users exist).
+//   - nix: needs the nix and nix-instantiate commands of a Nix that
+//     today's nixpkgs accepts (nixgen.MinNixVersion, 2.18, or later);
+//     NixBuild also needs Nix able to build as root (its build users exist).
 //   - root: needs uid 0 (namespaces, cgroups, netlink).
 //   - vm: needs qemu-system-x86_64 and the test kernel fixture.
 //
@@ -14,6 +15,7 @@
 package testtier
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
@@ -41,21 +43,69 @@ func Root(t testing.TB) {
 	}
 }
 
-// Nix needs the nix command line tools; it returns the path of nix.
+// Nix needs the nix command line tools of a Nix at least
+// nixgen.MinNixVersion; it returns the path of nix.
 func Nix(t testing.TB) string {
 	t.Helper()
 	for _, c := range []string{"nix", "nix-instantiate", "nix-store"} {
 		if _, err := exec.LookPath(c); err != nil {
-			skip(t, "nix", c+" not found in PATH (install Debian's nix-bin)")
+			skip(t, "nix", c+" not found in PATH (scripts/install-nix.sh installs Nix 2.26)")
 		}
 	}
 	p, _ := exec.LookPath("nix")
+	out, err := exec.Command(p, "--version").Output()
+	if err != nil {
+		skip(t, "nix", p+" --version: "+err.Error())
+	}
+	if !atLeast(string(out), MinNixVersion) {
+		skip(t, "nix", fmt.Sprintf("%s is %s, older than %s, the oldest Nix today's nixpkgs accepts: "+
+			"scripts/install-nix.sh installs Nix 2.26 (make test runs it)", p, strings.TrimSpace(string(out)), MinNixVersion))
+	}
 	return p
+}
+
+// MinNixVersion is nixgen.MinNixVersion (a test keeps them equal; testtier
+// cannot import nixgen, whose own tests import testtier).
+const MinNixVersion = "2.18"
+
+// atLeast says whether the version `nix --version` printed (its last
+// word) is at least min, both MAJOR.MINOR[.PATCH...].
+func atLeast(versionOutput, min string) bool {
+	fields := strings.Fields(versionOutput)
+	if len(fields) == 0 {
+		return false
+	}
+	num := func(s string) []int {
+		var n []int
+		for _, p := range strings.Split(s, ".") {
+			v, end := 0, 0
+			for end < len(p) && p[end] >= '0' && p[end] <= '9' {
+				v = v*10 + int(p[end]-'0')
+				end++
+			}
+			n = append(n, v)
+			if end < len(p) {
+				break
+			}
+		}
+		return n
+	}
+	have, want := num(fields[len(fields)-1]), num(min)
+	for i := range want {
+		h := 0
+		if i < len(have) {
+			h = have[i]
+		}
+		if h != want[i] {
+			return h > want[i]
+		}
+	}
+	return true
 }
 
 // NixBuild needs Nix able to build: the nix tier, and as root the group
 // named by Nix's build-users-group setting must exist (Debian's nix-bin
-// alone does not create it; nix-setup-systemd does). It returns nix's path.
+// alone does not create it; scripts/install-nix.sh does). It returns nix's path.
 func NixBuild(t testing.TB) string {
 	t.Helper()
 	nix := Nix(t)
@@ -73,7 +123,7 @@ func NixBuild(t testing.TB) string {
 		}
 		if _, err := user.LookupGroup(strings.TrimSpace(v)); err != nil {
 			skip(t, "nix", "Nix builds as the members of group "+strings.TrimSpace(v)+", which does not exist: "+
-				"apt-get install nix-setup-systemd (scripts/setup.sh does), or set 'build-users-group =' in /etc/nix/nix.conf")
+				"scripts/install-nix.sh creates Nix's build users, or set 'build-users-group =' in /etc/nix/nix.conf")
 		}
 	}
 	return nix

@@ -58,7 +58,7 @@ const HostGrace = guest.KillGrace + 3*time.Second
 
 // ErrPackagesWithoutNix is returned for a step that lists packages but
 // comes without a Nix closure.
-var ErrPackagesWithoutNix = errors.New("the step lists packages but has no Nix closure: install Nix (Debian: apt-get install nix-bin) or remove the packages")
+var ErrPackagesWithoutNix = errors.New("the step lists packages but has no Nix closure: install Nix 2.18 or later (on Debian 12, scripts/install-nix.sh) or remove the packages")
 
 // Options configure the backend; zero values take the defaults.
 type Options struct {
