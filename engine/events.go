@@ -14,6 +14,7 @@ const (
 	EventAdmitted EventKind = "admitted" // the policy decided on the resolved plan: Decision holds its warnings and denials
 	EventPhase    EventKind = "phase"    // a run-level phase began: Line names it (realise, fetch, run, record)
 	EventWarning  EventKind = "warning"  // Line is a warning for the user
+	EventNote     EventKind = "note"     // Line says what apply decided for the user and why (auto isolation)
 	EventStarted  EventKind = "started"  // Step began running
 	EventLog      EventKind = "log"      // Line is one line of Step's console output
 	EventFinished EventKind = "finished" // Step ended; Result holds how

@@ -5,6 +5,7 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -17,14 +18,19 @@ type Host struct {
 	NixVersion string // `nix --version`, filled in by Run when Nix realises something
 	QEMU       bool   // qemu-system-x86_64 is installed
 	KVMUsable  bool   // a guest really runs under KVM (probed, cached per boot)
-	KVMReason  string // why not, when it is not
+	KVMReason  string // why not, when it is not: one line
+	KVMDetail  string // qemu's own last lines, when the probe saw it fail
 	Root       bool   // running as uid 0 (the jail needs it)
 	UID        int
 }
 
 // Record is the host part of an execution record.
 func (h Host) Record() record.Host {
-	return record.Host{Kernel: h.Kernel, Arch: h.Arch, CgroupMode: h.CgroupMode, KVMUsable: h.KVMUsable, Nix: h.NixVersion}
+	r := record.Host{Kernel: h.Kernel, Arch: h.Arch, CgroupMode: h.CgroupMode, KVMUsable: h.KVMUsable, Nix: h.NixVersion}
+	if !h.KVMUsable && h.KVMReason != "not probed" {
+		r.KVMReason = vmrunner.KVMAnswer{Reason: h.KVMReason, Detail: h.KVMDetail}.Full()
+	}
+	return r
 }
 
 // Policy is the host part of the policy input document.

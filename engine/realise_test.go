@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/agentsandbox/agentsandbox/nixgen"
@@ -31,17 +32,22 @@ func TestRealiseAttrs(t *testing.T) {
 		{false, ns, "legacyPackages.x86_64-linux.stepEnvs." + name(ns), false},
 	}
 	for _, c := range cases {
-		n := &NixRealiser{KVM: c.kvm}
-		attr, runner, _, err := n.attrFor(c.step)
+		n := &NixRealiser{KVM: c.kvm, KVMReason: "qemu -accel kvm with -cpu host,+x2apic,-sgx failed"}
+		attr, runner, _, note, err := n.attrFor(c.step)
 		if err != nil || attr != c.attr || runner != c.runner {
 			t.Errorf("kvm=%v %s/%s: got %s %v %v, want %s %v", c.kvm, c.step.Isolation, c.step.Hypervisor, attr, runner, err, c.attr, c.runner)
+		}
+		// The software-emulation runner says why it was chosen, for the vm
+		// backend's decision; no other attribute has a note.
+		if tcg := strings.Contains(c.attr, "tcgRunners"); tcg != strings.Contains(note, "KVM cannot run microvm.nix's guests here: qemu -accel kvm with -cpu host") || (!tcg && note != "") {
+			t.Errorf("kvm=%v %s/%s: note %q", c.kvm, c.step.Isolation, c.step.Hypervisor, note)
 		}
 	}
 	// Another step of the same environment builds the same attribute.
 	other := vmQ
 	other.Name, other.Run, other.Resources.TimeoutMS = "eval", "true", 1000
-	a, _, _, _ := (&NixRealiser{KVM: true}).attrFor(vmQ)
-	b, _, _, _ := (&NixRealiser{KVM: true}).attrFor(other)
+	a, _, _, _, _ := (&NixRealiser{KVM: true}).attrFor(vmQ)
+	b, _, _, _, _ := (&NixRealiser{KVM: true}).attrFor(other)
 	if a != b {
 		t.Errorf("same environment, attributes %s and %s", a, b)
 	}

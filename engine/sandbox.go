@@ -149,7 +149,7 @@ func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options
 	spec := vmrunner.StepSpec{
 		RunID: id, Step: step, Job: job,
 		Workspace: dirs.Workspace, ControlDir: dirs.Control,
-		ClosurePaths: storePaths(real.Closure), EnvPath: real.EnvPath, Runner: real.Runner,
+		ClosurePaths: storePaths(real.Closure), EnvPath: real.EnvPath, Runner: real.Runner, RunnerNote: real.RunnerNote,
 		SeccompAllow: decision.SeccompAllowFor(step.Name),
 	}
 	if sb.gw, err = r.stepEgress(step); err != nil {

@@ -61,7 +61,7 @@ func (r *run) stepRecords(outcomes []vmrunner.Outcome) []record.Step {
 func fillStep(sr *record.Step, res *vmrunner.StepResult) {
 	sr.Isolation = string(res.Isolation)
 	sr.Hypervisor = string(res.Hypervisor)
-	sr.Accel = res.Accel
+	sr.Accel, sr.AccelReason = res.Accel, res.AccelReason
 	sr.Started, sr.Finished = res.Started.UTC(), res.Finished.UTC()
 	sr.Status = record.Status(res.Status)
 	sr.ExitCode = -1

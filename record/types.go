@@ -153,11 +153,15 @@ type Policy struct {
 // on purpose: records are shared (CI artefacts, bug reports), and the name
 // of a machine is not needed to rerun on another.
 type Host struct {
-	Kernel     string `json:"kernel"`        // uname release, such as "6.1.0-18-amd64"
-	Arch       string `json:"arch"`          // GOARCH, such as "amd64"
-	CgroupMode string `json:"cgroupMode"`    // "v1", "hybrid" or "v2"
-	KVMUsable  bool   `json:"kvmUsable"`     // a guest booted under KVM (not just /dev/kvm opening)
-	Nix        string `json:"nix,omitempty"` // `nix --version` output; empty without Nix
+	Kernel     string `json:"kernel"`     // uname release, such as "6.1.0-18-amd64"
+	Arch       string `json:"arch"`       // GOARCH, such as "amd64"
+	CgroupMode string `json:"cgroupMode"` // "v1", "hybrid" or "v2"
+	KVMUsable  bool   `json:"kvmUsable"`  // a guest booted under KVM (not just /dev/kvm opening)
+	// KVMReason is why not, when KVMUsable is false and KVM was probed:
+	// the probe's one-line answer for microvm.nix's CPU model, with qemu's
+	// own last lines.
+	KVMReason string `json:"kvmReason,omitempty"`
+	Nix       string `json:"nix,omitempty"` // `nix --version` output; empty without Nix
 }
 
 // InputFormat says what an input's Digest is a hash of.
@@ -186,6 +190,10 @@ type Step struct {
 	Isolation  string `json:"isolation"`            // namespace or vm, never auto
 	Hypervisor string `json:"hypervisor,omitempty"` // vm only
 	Accel      string `json:"accel,omitempty"`      // vm only: kvm or tcg
+	// AccelReason is why the VM ran with Accel (vm only): the KVM probe's
+	// answer for the runner's own CPU model, the runner's build, or an
+	// override.
+	AccelReason string `json:"accelReason,omitempty"`
 
 	// Closure lists the store paths the step ran on. Without Nix it is
 	// empty and HostRoot fingerprints the host directories bound instead.

@@ -52,6 +52,11 @@ type StepSpec struct {
 	// Runner is the store path of the step's realised microvm.nix runner
 	// (bin/microvm-run, share/microvm/...); vm backend only.
 	Runner string
+	// RunnerNote says why the realiser built this runner when it had a
+	// choice: a software-emulation runner because KVM cannot run
+	// microvm.nix's guests here. The vm backend's accelerator decision,
+	// and so every message about it, states it.
+	RunnerNote string
 
 	// Console receives the job's output (namespace) or the guest console
 	// (vm) live. It may be nil.
@@ -97,12 +102,32 @@ type StepResult struct {
 	Isolation  workflow.Isolation  `json:"isolation"`            // namespace or vm, never auto
 	Hypervisor workflow.Hypervisor `json:"hypervisor,omitempty"` // vm only
 	Accel      string              `json:"accel,omitempty"`      // vm only: "kvm" or "tcg"
-	Started    time.Time           `json:"started"`
-	Finished   time.Time           `json:"finished"`
+	// AccelReason is why the VM runs with Accel: the probe's answer for
+	// the runner's own CPU model, the runner's build, or an override.
+	AccelReason string    `json:"accelReason,omitempty"`
+	Started     time.Time `json:"started"`
+	Finished    time.Time `json:"finished"`
 
 	// Seccomp is the digest ("sha256:<hex>", seccomp.Profile.Digest) of
 	// the filter the job ran under; empty when the backend does not say.
 	Seccomp string `json:"seccomp,omitempty"`
+}
+
+// KVMAnswer is what a KVM probe found: whether a guest runs under KVM
+// with one CPU model and machine, in one line (Reason), and qemu's own
+// last lines when it failed (Detail, for --verbose and the record).
+type KVMAnswer struct {
+	Usable bool   `json:"usable"`
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Full is the reason with the detail, for the record and --verbose.
+func (a KVMAnswer) Full() string {
+	if a.Detail == "" {
+		return a.Reason
+	}
+	return a.Reason + " (qemu: " + a.Detail + ")"
 }
 
 // Backend runs steps in one isolation level. Run returns an error only for a

@@ -37,6 +37,7 @@ type applyOptions struct {
 	UpdateLock bool
 	Parent     string
 	Accel      string
+	Verbose    bool
 	Policy     policyOptions
 }
 
@@ -61,10 +62,14 @@ outputs of the steps it needs, and nothing else. The first SIGINT or SIGTERM
 stops the run and removes everything it created; a second exits at once and
 leaves the rest to 'agentsandbox gc'.
 
-VMs use KVM where a probe shows KVM runs a guest with the runner's CPU model
-(cached per boot), else software emulation (TCG), with a warning. --accel tcg
-(or AGENTSANDBOX_ACCEL=tcg) forces software emulation, for hosts whose KVM
-passes the probe but still cannot run a guest; --accel kvm skips the probe.` + exitStatusHelp,
+VMs use KVM where a probe shows KVM runs a guest with exactly the CPU model
+and machine options the step's runner passes (cached per boot), else software
+emulation (TCG), with a one-line warning; the step's record keeps the
+accelerator and why. --accel tcg (or AGENTSANDBOX_ACCEL=tcg) forces software
+emulation, for hosts whose KVM passes the probe but still cannot run a guest;
+--accel kvm skips the probe. Auto steps are VMs only where KVM runs
+microvm.nix's guests; otherwise apply says in one line that they ran in
+namespace isolation and why (--verbose adds qemu's own output).` + exitStatusHelp,
 		Example: `  agentsandbox apply examples/hello.yaml
   agentsandbox apply --isolation namespace --jobs 4 examples/pipeline.yaml
   agentsandbox apply --json examples/hello.yaml | jq .`,
@@ -90,6 +95,7 @@ func (o *applyOptions) AddFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.Offline, "offline", false, "pass --offline to Nix")
 	f.BoolVar(&o.UpdateLock, "update-lock", false, "refresh FILE.lock, the pinned flake inputs, on purpose")
 	f.StringVar(&o.Accel, "accel", envOr(accelEnv, "auto"), "VM accelerator: auto (probe KVM), kvm, or tcg (software emulation); default from $"+accelEnv)
+	f.BoolVarP(&o.Verbose, "verbose", "v", false, "also print the detail behind notes, such as the KVM probe's qemu output")
 	o.Policy.AddFlags(f)
 }
 
@@ -204,7 +210,7 @@ func applyWorkflow(ctx context.Context, stdio Stdio, opts applyOptions, r applyR
 			Workflow: w, WorkflowPath: path, FlakeDir: opts.Flake,
 			GenDir:  engine.GenDirFor(store.Dir(), w),
 			Offline: opts.Offline, UpdateLock: opts.UpdateLock,
-			KVM:    host.KVMUsable,
+			KVM: host.KVMUsable, KVMReason: host.KVMReason,
 			Stderr: stdio.Err,
 		}
 		realise = nr.Realise
@@ -237,8 +243,11 @@ func applyWorkflow(ctx context.Context, stdio Stdio, opts applyOptions, r applyR
 			return
 		}
 		events = newProgress(progressOut, opts.JSON, names)
-		if line := kvmWarning(w, iso, host, opts.Accel); line != "" {
-			warn(line)
+		if line := autoIsolationNote(w, iso, host, opts.Accel); line != "" {
+			events.Event(engine.Event{Time: time.Now(), Kind: engine.EventNote, Line: line})
+			if opts.Verbose && host.KVMDetail != "" {
+				events.Event(engine.Event{Time: time.Now(), Kind: engine.EventNote, Line: "the KVM probe's qemu said: " + host.KVMDetail})
+			}
 		}
 	}
 	backends := map[workflow.Isolation]vmrunner.Backend{}
@@ -290,7 +299,7 @@ func applyExit(err error) error {
 		return withExit(ExitInvalid, err) // a policy source that fails at evaluation
 	case errors.Is(err, seccomp.ErrNotRelaxable):
 		return withExit(ExitInvalid, err) // the policy data asks for it
-	case errors.Is(err, nixbuild.ErrBuildUsers):
+	case errors.Is(err, nixbuild.ErrBuildUsers), errors.Is(err, nixbuild.ErrNixTooOld):
 		return withExit(ExitInfra, err) // the host's Nix setup, not the workflow
 	case errors.As(err, &build):
 		return withExit(ExitBuild, err)
@@ -370,70 +379,55 @@ func humanBytes(n int64) string {
 func kvmProbeFor(accel string) engine.KVMProbe {
 	switch accel {
 	case "tcg":
-		return func(context.Context) (bool, string) {
-			return false, "software emulation forced (--accel tcg or " + accelEnv + "=tcg)"
+		return func(context.Context) vmrunner.KVMAnswer {
+			return vmrunner.KVMAnswer{Reason: "software emulation forced (--accel tcg or " + accelEnv + "=tcg)"}
 		}
 	case "kvm":
-		return func(context.Context) (bool, string) { return true, "KVM forced (--accel kvm), not probed" }
+		return func(context.Context) vmrunner.KVMAnswer {
+			return vmrunner.KVMAnswer{Usable: true, Reason: "KVM forced (--accel kvm), not probed"}
+		}
 	}
 	if _, err := os.Stat("/dev/kvm"); err != nil {
-		return func(context.Context) (bool, string) { return false, "/dev/kvm does not exist" }
+		return func(context.Context) vmrunner.KVMAnswer { return vmrunner.KVMAnswer{Reason: "/dev/kvm does not exist"} }
 	}
 	return vm.ProbeKVM
 }
 
-// kvmWarning is the warning apply shows when KVM cannot be used and some
-// step would have used it: a vm step runs under software emulation; an
-// auto step on a host whose /dev/kvm exists runs in a namespace. Nothing
-// when the host simply has no KVM and no step asks for a VM.
-func kvmWarning(w *workflow.Workflow, override workflow.Isolation, h engine.Host, accel string) string {
-	if h.KVMUsable || !h.QEMU || accel == "tcg" {
+// autoIsolationNote is the one line apply prints when its own decision,
+// resolving auto steps, went to namespace isolation on a host whose
+// /dev/kvm exists but cannot run a guest: what was used and why. Nothing
+// when the host simply has no KVM, when --accel tcg said not to use it, or
+// when no step is auto. How a vm step's VM runs is the vm backend's
+// decision, which it states itself.
+func autoIsolationNote(w *workflow.Workflow, override workflow.Isolation, h engine.Host, accel string) string {
+	if h.KVMUsable || !h.QEMU || !h.Nix || accel == "tcg" || strings.HasPrefix(h.KVMReason, "/dev/kvm does not exist") {
 		return ""
 	}
-	vmStep, autoStep := false, false
 	for _, s := range w.Steps {
 		iso := s.Isolation
 		if override != "" {
 			iso = override
 		}
-		switch iso {
-		case workflow.IsolationVM:
-			vmStep = true
-		case workflow.IsolationAuto, "":
-			autoStep = true
+		if iso == workflow.IsolationAuto || iso == "" {
+			return "auto steps run in namespace isolation: KVM cannot run a guest here (" + h.KVMReason +
+				"); --isolation vm runs them in software-emulated VMs"
 		}
-	}
-	switch {
-	case vmStep:
-		return "KVM is not usable here (" + h.KVMReason + "): VMs run under software emulation (TCG), much slower"
-	case autoStep && h.Nix && !strings.HasPrefix(h.KVMReason, "/dev/kvm does not exist"):
-		return "KVM cannot run a guest here (" + h.KVMReason + "): auto steps run in namespace isolation; " +
-			"for a software-emulated VM use --isolation vm"
 	}
 	return ""
 }
 
 // vmBackend is the vm backend where qemu is installed. It probes each
 // runner's own CPU model (cached per boot) unless --accel forces one, and
-// sends its warnings to warn.
+// hands its one-line warnings to warn.
 func vmBackend(h engine.Host, accel string, warn func(string)) vmrunner.Backend {
 	if !h.QEMU {
 		return nil
 	}
-	o := vm.Options{Warn: lineFunc(warn)}
+	o := vm.Options{Warn: warn}
 	if accel == "kvm" || accel == "tcg" {
 		o.Accel = accel
 	}
 	return vm.New(o)
-}
-
-// lineFunc is an io.Writer that hands each write, without its trailing
-// newline, to fn.
-type lineFunc func(string)
-
-func (f lineFunc) Write(p []byte) (int, error) {
-	f(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
 
 // envOr is the environment variable's value, or def when it is unset or empty.

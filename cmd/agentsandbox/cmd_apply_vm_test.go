@@ -107,6 +107,13 @@ steps:
 	if st.Isolation != "vm" || st.Accel == "" || st.Logs.Console == nil || len(st.Closure) == 0 {
 		t.Errorf("step record: isolation %q accel %q console %v closure %d", st.Isolation, st.Accel, st.Logs.Console, len(st.Closure))
 	}
+	// One decision, stated everywhere: the record says which accelerator
+	// and why, and apply warned of software emulation exactly when the VM
+	// ran under it, with the record's reason.
+	warned := strings.Contains(stderr, "warning: VMs run under software emulation (TCG), much slower: "+st.AccelReason)
+	if st.AccelReason == "" || warned != (st.Accel == "tcg") || strings.Count(stderr, "software emulation") > 1 {
+		t.Errorf("accel %q because %q; apply's stderr does not state that decision once:\n%s", st.Accel, st.AccelReason, stderr)
+	}
 	exp := filepath.Join(dir, "export")
 	if code, _, eerr := execute(t, "records", "export", "--state-dir", state, id, "--to", exp); code != ExitOK {
 		t.Fatalf("export: %s", eerr)

@@ -271,7 +271,7 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (sandb
 	}
 	if host.Nix {
 		mo.Realiser = func(w *workflow.Workflow, path string) engine.RealiseFunc {
-			nr := &engine.NixRealiser{Workflow: w, WorkflowPath: path, GenDir: engine.GenDirFor(store.Dir(), w), KVM: host.KVMUsable, Stderr: io.Discard}
+			nr := &engine.NixRealiser{Workflow: w, WorkflowPath: path, GenDir: engine.GenDirFor(store.Dir(), w), KVM: host.KVMUsable, KVMReason: host.KVMReason, Stderr: io.Discard}
 			return nr.Realise
 		}
 	}

@@ -69,6 +69,8 @@ func (p *plainProgress) Event(e engine.Event) {
 		fmt.Fprintf(p.w, "==> %s\n", e.Line)
 	case engine.EventWarning:
 		fmt.Fprintf(p.w, "warning: %s\n", e.Line)
+	case engine.EventNote:
+		fmt.Fprintf(p.w, "note: %s\n", e.Line)
 	case engine.EventStarted:
 		fmt.Fprintf(p.w, "[%s] started\n", e.Step)
 	case engine.EventLog:
@@ -153,11 +155,14 @@ func (p *liveProgress) Event(e engine.Event) {
 	l := p.lines[e.Step]
 	e = safeEvent(e)
 	switch e.Kind {
-	case engine.EventPhase, engine.EventWarning:
+	case engine.EventPhase, engine.EventWarning, engine.EventNote:
 		p.clear()
 		prefix := "==> "
-		if e.Kind == engine.EventWarning {
+		switch e.Kind {
+		case engine.EventWarning:
 			prefix = "warning: "
+		case engine.EventNote:
+			prefix = "note: "
 		}
 		fmt.Fprintf(p.w, "%s%s\n", prefix, e.Line)
 	case engine.EventStarted:

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
 )
 
 // DefaultProbeCache caches the KVM probe's answers for this boot. It is
@@ -70,25 +71,25 @@ type Prober struct {
 	KVMDevice string        // /dev/kvm when empty
 }
 
+// probeCacheVersion changes whenever the probe or its answers change
+// shape, so that answers of an older probe are not reused.
+const probeCacheVersion = 2
+
 // probeCache is the cache file's content: one answer per target.
 type probeCache struct {
-	BootID  string                 `json:"bootId"`
-	Answers map[string]probeAnswer `json:"answers"`
-}
-
-type probeAnswer struct {
-	Usable bool   `json:"usable"`
-	Reason string `json:"reason"`
+	Version int                           `json:"version"`
+	BootID  string                        `json:"bootId"`
+	Answers map[string]vmrunner.KVMAnswer `json:"answers"`
 }
 
 // ProbeKVM reports whether KVM runs microvm.nix's qemu runners here (with
 // MicrovmNixTarget), using the per-boot cache.
-func ProbeKVM(ctx context.Context) (usable bool, reason string) {
+func ProbeKVM(ctx context.Context) vmrunner.KVMAnswer {
 	return Prober{}.Probe(ctx, MicrovmNixTarget)
 }
 
 // ProbeTarget is ProbeKVM for another target, such as a runner's own.
-func ProbeTarget(ctx context.Context, t Target) (bool, string) {
+func ProbeTarget(ctx context.Context, t Target) vmrunner.KVMAnswer {
 	return Prober{}.Probe(ctx, t)
 }
 
@@ -130,7 +131,7 @@ func probeArgs(qemu, accel string, t Target, bios string) []string {
 // Probe opens the KVM device and runs the probe payload under -accel kvm
 // with t's CPU model and machine, with a time limit. Answers are cached
 // per boot (by /proc/sys/kernel/random/boot_id) and per target.
-func (p Prober) Probe(ctx context.Context, t Target) (bool, string) {
+func (p Prober) Probe(ctx context.Context, t Target) vmrunner.KVMAnswer {
 	cache := p.CacheFile
 	if cache == "" {
 		cache = DefaultProbeCache
@@ -139,58 +140,58 @@ func (p Prober) Probe(ctx context.Context, t Target) (bool, string) {
 	var c probeCache
 	if cache != "-" && bootID != "" {
 		if b, err := os.ReadFile(cache); err == nil {
-			if json.Unmarshal(b, &c) == nil && c.BootID == bootID {
+			if json.Unmarshal(b, &c) == nil && c.BootID == bootID && c.Version == probeCacheVersion {
 				if a, ok := c.Answers[t.key()]; ok {
-					return a.Usable, a.Reason
+					return a
 				}
 			} else {
 				c = probeCache{}
 			}
 		}
 	}
-	usable, reason := p.probe(ctx, t)
+	a := p.probe(ctx, t)
 	if ctx.Err() != nil {
-		return false, "probe cancelled: " + ctx.Err().Error()
+		return vmrunner.KVMAnswer{Reason: "probe cancelled: " + ctx.Err().Error()}
 	}
 	if cache != "-" && bootID != "" {
-		c.BootID = bootID
+		c.BootID, c.Version = bootID, probeCacheVersion
 		if c.Answers == nil {
-			c.Answers = map[string]probeAnswer{}
+			c.Answers = map[string]vmrunner.KVMAnswer{}
 		}
-		c.Answers[t.key()] = probeAnswer{Usable: usable, Reason: reason}
+		c.Answers[t.key()] = a
 		b, _ := json.Marshal(c)
 		if err := os.MkdirAll(filepath.Dir(cache), 0o755); err == nil {
 			_ = atomicfile.WriteFile(cache, append(b, '\n'), 0o644)
 		}
 	}
-	return usable, reason
+	return a
 }
 
 // ProbeAccel runs the probe payload under accel without the cache or the
 // device check; tests use it with "tcg" to show the payload itself works.
-func (p Prober) ProbeAccel(ctx context.Context, accel string, t Target) (bool, string) {
+func (p Prober) ProbeAccel(ctx context.Context, accel string, t Target) vmrunner.KVMAnswer {
 	return p.run(ctx, accel, t)
 }
 
-func (p Prober) probe(ctx context.Context, t Target) (bool, string) {
+func (p Prober) probe(ctx context.Context, t Target) vmrunner.KVMAnswer {
 	dev := p.KVMDevice
 	if dev == "" {
 		dev = "/dev/kvm"
 	}
 	f, err := os.OpenFile(dev, os.O_RDWR, 0)
 	if err != nil {
-		return false, fmt.Sprintf("cannot open %s: %v", dev, err)
+		return vmrunner.KVMAnswer{Reason: fmt.Sprintf("cannot open %s: %v", dev, err)}
 	}
 	f.Close()
 	return p.run(ctx, "kvm", t)
 }
 
-func (p Prober) run(ctx context.Context, accel string, t Target) (bool, string) {
+func (p Prober) run(ctx context.Context, accel string, t Target) vmrunner.KVMAnswer {
 	qemu := p.Qemu
 	if qemu == "" {
 		var err error
 		if qemu, err = exec.LookPath("qemu-system-x86_64"); err != nil {
-			return false, "qemu-system-x86_64 not found (apt-get install qemu-system-x86)"
+			return vmrunner.KVMAnswer{Reason: "qemu-system-x86_64 not found (apt-get install qemu-system-x86)"}
 		}
 	}
 	timeout := p.Timeout
@@ -199,12 +200,12 @@ func (p Prober) run(ctx context.Context, accel string, t Target) (bool, string) 
 	}
 	dir, err := os.MkdirTemp("", "asb-kvm-probe-")
 	if err != nil {
-		return false, "probe: " + err.Error()
+		return vmrunner.KVMAnswer{Reason: "probe: " + err.Error()}
 	}
 	defer os.RemoveAll(dir)
 	bios := filepath.Join(dir, "probe.bin")
 	if err := os.WriteFile(bios, probePayload(), 0o644); err != nil {
-		return false, "probe: " + err.Error()
+		return vmrunner.KVMAnswer{Reason: "probe: " + err.Error()}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -217,21 +218,41 @@ func (p Prober) run(ctx context.Context, accel string, t Target) (bool, string) 
 }
 
 // probeVerdict turns how the probe's qemu ended into the answer: usable
-// only when the payload reached its exit port from long mode.
-func probeVerdict(accel string, t Target, timeout time.Duration, timedOut bool, code int, err error, output string) (bool, string) {
-	output = lastLines(strings.TrimSpace(output), 3)
+// only when the payload reached its exit port from long mode. The reason
+// is one line (with qemu's first error, when it printed one); the detail
+// keeps qemu's last lines, assertion text and all.
+func probeVerdict(accel string, t Target, timeout time.Duration, timedOut bool, code int, err error, output string) vmrunner.KVMAnswer {
+	output = strings.TrimSpace(output)
+	a := vmrunner.KVMAnswer{Detail: lastLines(output, 3)}
 	switch {
 	case timedOut:
-		return false, fmt.Sprintf("a probe guest under -accel %s with %s did not reach long mode within %v (the vCPU hangs)", accel, t, timeout)
+		a.Reason = fmt.Sprintf("a probe guest under -accel %s with %s did not reach long mode within %v (the vCPU hangs)", accel, t, timeout)
 	case code == probeExitCode:
-		return true, fmt.Sprintf("a probe guest under -accel %s with %s reached long mode", accel, t)
+		a.Usable, a.Detail = true, ""
+		a.Reason = fmt.Sprintf("a probe guest under -accel %s with %s reached long mode", accel, t)
 	case err == nil:
-		return false, fmt.Sprintf("the probe guest under -accel %s with %s exited without running its payload", accel, t)
+		a.Reason = fmt.Sprintf("the probe guest under -accel %s with %s exited without running its payload", accel, t)
 	case output != "":
-		return false, fmt.Sprintf("qemu -accel %s with %s failed (%v): %s", accel, t, err, output)
+		a.Reason = fmt.Sprintf("qemu -accel %s with %s failed (%v): %s", accel, t, err, firstError(output))
 	default:
-		return false, fmt.Sprintf("qemu -accel %s with %s failed: %v", accel, t, err)
+		a.Reason = fmt.Sprintf("qemu -accel %s with %s failed: %v", accel, t, err)
 	}
+	return a
+}
+
+// firstError is the first line of qemu's output without qemu's own
+// prefixes, bounded: "failed to set MSR 0x10a to 0x69".
+func firstError(output string) string {
+	line, _, _ := strings.Cut(output, "\n")
+	line = strings.TrimSpace(line)
+	if i := strings.Index(line, ": "); i > 0 && strings.HasPrefix(line, "qemu") {
+		line = line[i+2:]
+	}
+	line = strings.TrimPrefix(line, "error: ")
+	if len(line) > 120 {
+		line = line[:120] + "…"
+	}
+	return line
 }
 
 func exitCode(err error) int {
@@ -251,26 +272,48 @@ func lastLines(s string, n int) string {
 }
 
 // RunnerTarget is the probe target a qemu runner's microvm-run really
-// uses: its -cpu and -M options (accel removed). A runner that sets no
-// -cpu gets qemu's default model, which is what the probe then tries.
-func RunnerTarget(script string) Target {
-	args := shellWords(script)
-	var t Target
-	for i := 0; i+1 < len(args); i++ {
-		switch args[i] {
-		case "-cpu":
-			t.CPU = args[i+1]
-		case "-M", "-machine":
-			t.Machine = withoutAccel(args[i+1])
+// uses: the -cpu and -M options (accel removed) of the command in it that
+// runs qemu. A runner that sets no -cpu gets qemu's default model, which
+// is what the probe then tries. It fails when it cannot read them: no
+// command runs qemu, or the options come from a variable. Such a runner's
+// target is unknown, and KVM is not proven for it by any probe.
+func RunnerTarget(script string) (Target, error) {
+	for _, cmd := range shellCommands(script) {
+		for i, w := range cmd {
+			if !isQemu(w) {
+				continue
+			}
+			var t Target
+			args := cmd[i+1:]
+			for j := 0; j+1 < len(args); j++ {
+				switch args[j] {
+				case "-cpu":
+					t.CPU = args[j+1]
+				case "-M", "-machine":
+					t.Machine = withoutAccel(args[j+1])
+				}
+			}
+			if strings.Contains(t.CPU+t.Machine, "$") {
+				return Target{}, fmt.Errorf("its qemu command takes -cpu or -M from a shell variable (%s)", t)
+			}
+			return t, nil
 		}
 	}
-	return t
+	return Target{}, errors.New("no command in it runs qemu-system-*")
 }
 
-// withoutAccel drops accel=… from a -M value: the probe picks the accel.
+// isQemu says whether a command word names qemu's system emulator.
+func isQemu(word string) bool {
+	base := filepath.Base(word)
+	return base == "qemu" || base == "qemu-kvm" || strings.HasPrefix(base, "qemu-system-")
+}
+
+// withoutAccel drops accel=… (and a type= prefix) from a -M value: the
+// probe picks the accel.
 func withoutAccel(m string) string {
 	var keep []string
 	for _, part := range strings.Split(m, ",") {
+		part = strings.TrimPrefix(part, "type=")
 		if !strings.HasPrefix(part, "accel=") {
 			keep = append(keep, part)
 		}
@@ -278,16 +321,39 @@ func withoutAccel(m string) string {
 	return strings.Join(keep, ",")
 }
 
-// shellWords splits a shell script into words the way sh would for the
-// plain quoting microvm.nix's escapeShellArgs and the fixture's runners
-// write: single quotes, double quotes, backslash escapes; no expansion.
-func shellWords(s string) []string {
+// shellCommands splits a shell script into simple commands, each a list of
+// words, the way sh would for the plain quoting microvm.nix's
+// escapeShellArgs and the fixture's runners write: # comments, single
+// quotes, double quotes, backslash escapes and line continuations; commands
+// end at an unquoted newline, ;, & or |. Nothing is expanded: a word keeps
+// its $ references as written.
+func shellCommands(s string) [][]string {
+	var cmds [][]string
 	var words []string
 	var cur strings.Builder
-	in := false
+	in := false // a word is open
+	endWord := func() {
+		if in {
+			words = append(words, cur.String())
+			cur.Reset()
+			in = false
+		}
+	}
+	endCmd := func() {
+		endWord()
+		if len(words) > 0 {
+			cmds = append(cmds, words)
+			words = nil
+		}
+	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
+		case c == '#' && !in:
+			for i < len(s) && s[i] != '\n' {
+				i++
+			}
+			endCmd()
 		case c == '\'':
 			in = true
 			j := strings.IndexByte(s[i+1:], '\'')
@@ -301,32 +367,31 @@ func shellWords(s string) []string {
 		case c == '"':
 			in = true
 			for i++; i < len(s) && s[i] != '"'; i++ {
-				if s[i] == '\\' && i+1 < len(s) {
+				if s[i] == '\\' && i+1 < len(s) && strings.IndexByte("$`\"\\\n", s[i+1]) >= 0 {
 					i++
+					if s[i] == '\n' {
+						continue
+					}
 				}
 				cur.WriteByte(s[i])
 			}
 		case c == '\\' && i+1 < len(s):
-			in = true
 			i++
 			if s[i] != '\n' {
+				in = true
 				cur.WriteByte(s[i])
 			}
-		case c == ' ' || c == '\t' || c == '\n' || c == ';':
-			if in {
-				words = append(words, cur.String())
-				cur.Reset()
-				in = false
-			}
+		case c == ' ' || c == '\t':
+			endWord()
+		case c == '\n' || c == ';' || c == '&' || c == '|':
+			endCmd()
 		default:
 			in = true
 			cur.WriteByte(c)
 		}
 	}
-	if in {
-		words = append(words, cur.String())
-	}
-	return words
+	endCmd()
+	return cmds
 }
 
 func readBootID() string {

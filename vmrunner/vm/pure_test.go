@@ -11,9 +11,12 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/internal/vmfixture"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -149,8 +152,12 @@ func TestCommandsAreData(t *testing.T) {
 	}
 }
 
-// TestRunnerTarget: the probe runs with what microvm-run really passes.
+// TestRunnerTarget: the probe runs with what microvm-run really passes,
+// read from the command that runs qemu; comments and other commands do not
+// confuse it, and a target it cannot read is an error, never a guess.
 func TestRunnerTarget(t *testing.T) {
+	fixture := vmfixture.Runner{Name: "f", Qemu: "/usr/bin/qemu-system-x86_64", Kernel: "/k", Initrd: "/i",
+		KernelParams: []string{"it's=quoted"}}
 	for _, tc := range []struct {
 		name, script string
 		want         Target
@@ -163,10 +170,27 @@ func TestRunnerTarget(t *testing.T) {
 			Target{CPU: "max", Machine: "microvm,acpi=on"}},
 		{"the test fixture", "#!/bin/busybox sh\nset -eu\nexec /q/qemu -name f -M microvm,acpi=on,rtc=on -accel \"${ACCEL:-tcg}\" -cpu max -m 256M\n",
 			Target{CPU: "max", Machine: "microvm,acpi=on,rtc=on"}},
+		// The fixture's own script: its comments say "the VM's own working
+		// directory", an apostrophe a quote-only reader takes for a quote.
+		{"the fixture's RunScript, comments and all", fixture.RunScript("/bb/busybox"),
+			Target{CPU: "max", Machine: "microvm,acpi=on,mem-merge=on,pcie=off,pic=off,pit=off,rtc=on,usb=off"}},
+		{"comment with quotes before, other commands around",
+			"#!/bin/sh\n# don't -cpu host here\necho '-cpu pentium' ; test -e /dev/kvm && \\\n  exec qemu-system-x86_64 -machine type=q35,accel=kvm -cpu Skylake-Client # not -cpu max\n",
+			Target{CPU: "Skylake-Client", Machine: "q35"}},
 		{"no -cpu: qemu's default model", "exec qemu -M q35 -m 1G\n", Target{Machine: "q35"}},
 	} {
-		if got := RunnerTarget(tc.script); got != tc.want {
-			t.Errorf("%s: RunnerTarget = %+v, want %+v", tc.name, got, tc.want)
+		got, err := RunnerTarget(tc.script)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: RunnerTarget = %+v, %v; want %+v", tc.name, got, err, tc.want)
+		}
+	}
+	for _, tc := range []struct{ name, script, errWant string }{
+		{"no qemu at all", "#!/bin/sh\nexec cloud-hypervisor --cpus boot=1\n", "no command in it runs qemu"},
+		{"qemu only in a comment", "#!/bin/sh\n# exec qemu-system-x86_64 -cpu max\nexec \"$HV\" \"$@\"\n", "no command in it runs qemu"},
+		{"-cpu from a variable", "exec qemu-system-x86_64 -M microvm -cpu \"$CPU\"\n", "shell variable"},
+	} {
+		if got, err := RunnerTarget(tc.script); err == nil || !strings.Contains(err.Error(), tc.errWant) {
+			t.Errorf("%s: RunnerTarget = %+v, %v; want an error with %q", tc.name, got, err, tc.errWant)
 		}
 	}
 }
@@ -191,9 +215,15 @@ func TestProbeVerdict(t *testing.T) {
 		{"vCPU hangs after real mode", true, -1, errors.New("signal: killed"), "", false, "did not reach long mode within 3s (the vCPU hangs)"},
 		{"exits without the payload", false, 0, nil, "", false, "exited without running its payload"},
 	} {
-		usable, reason := probeVerdict("kvm", MicrovmNixTarget, ProbeTimeout, tc.timedOut, tc.code, tc.err, tc.out)
-		if usable != tc.usable || !strings.Contains(reason, tc.reason) || !strings.Contains(reason, "-cpu host,+x2apic,-sgx") {
-			t.Errorf("%s: verdict %v, %q; want %v and a reason naming the CPU model and %q", tc.name, usable, reason, tc.usable, tc.reason)
+		a := probeVerdict("kvm", MicrovmNixTarget, ProbeTimeout, tc.timedOut, tc.code, tc.err, tc.out)
+		if a.Usable != tc.usable || !strings.Contains(a.Reason, tc.reason) || !strings.Contains(a.Reason, "-cpu host,+x2apic,-sgx") {
+			t.Errorf("%s: verdict %+v; want %v and a reason naming the CPU model and %q", tc.name, a, tc.usable, tc.reason)
+		}
+		if strings.Contains(a.Reason, "\n") || strings.Contains(a.Reason, "Assertion") {
+			t.Errorf("%s: reason %q is not one short line: qemu's assertion text belongs in the detail", tc.name, a.Reason)
+		}
+		if tc.out != "" && !strings.Contains(a.Detail, "Assertion") {
+			t.Errorf("%s: detail %q lacks qemu's last lines", tc.name, a.Detail)
 		}
 	}
 }
@@ -242,59 +272,68 @@ func TestProbePayloadMatchesSource(t *testing.T) {
 }
 
 // TestAccelDecision: which accelerator a runner gets from the probe and
-// the override, and the errors when a KVM-only runner cannot run.
+// the override, the reason every message states, and the errors when a
+// KVM-only runner cannot run.
 func TestAccelDecision(t *testing.T) {
 	fromEnv := RunnerInfo{Dir: "/r/fixture", AccelFromEnv: true, Target: Target{CPU: "max", Machine: "microvm"}}
+	unreadable := RunnerInfo{Dir: "/r/odd", AccelFromEnv: true, TargetUnknown: "cannot read the CPU model"}
 	bakedKVM := RunnerInfo{Dir: "/r/kvm", BakedAccel: "kvm", Target: MicrovmNixTarget}
 	bakedTCG := RunnerInfo{Dir: "/r/tcg", BakedAccel: "tcg", Target: Target{CPU: "max", Machine: "microvm,acpi=on"}}
+	const note = "KVM cannot run microvm.nix's guests here (probe said no)"
 	for _, tc := range []struct {
 		name    string
 		force   string
 		kvm     bool
 		ri      RunnerInfo
+		note    string
 		want    string
+		reason  string // in the decision's reason
 		errWant string
+		probes  bool // the runner's own target is probed
 		warn    bool
 	}{
-		{"env runner, KVM runs its model", "", true, fromEnv, "kvm", "", false},
-		{"env runner, KVM cannot", "", false, fromEnv, "tcg", "", true},
-		{"microvm.nix runner, KVM runs -cpu host", "", true, bakedKVM, "kvm", "", false},
-		{"microvm.nix runner, nested KVM aborts", "", false, bakedKVM, "", "--accel tcg", false},
-		{"software-emulation runner", "", false, bakedTCG, "tcg", "", false},
-		{"forced tcg, env runner", "tcg", true, fromEnv, "tcg", "", false},
-		{"forced tcg, KVM-only runner", "tcg", true, bakedKVM, "", "software emulation was forced", false},
-		{"forced kvm, env runner", "kvm", false, fromEnv, "kvm", "", false},
+		{"env runner, KVM runs its model", "", true, fromEnv, "", "kvm", "probe says yes", "", true, false},
+		{"env runner, KVM cannot", "", false, fromEnv, "", "tcg", "KVM cannot run this guest here: probe says no", "", true, true},
+		{"env runner whose target cannot be read", "", true, unreadable, "", "tcg", "cannot read the CPU model, so KVM is not proven", "", false, true},
+		{"microvm.nix runner, KVM runs -cpu host", "", true, bakedKVM, "", "kvm", "probe says yes", "", true, false},
+		{"microvm.nix runner, nested KVM aborts", "", false, bakedKVM, "", "", "", "--accel tcg", true, false},
+		{"software-emulation runner the realiser chose", "", false, bakedTCG, note, "tcg", note, "", false, true},
+		{"software-emulation runner of a user's flake", "", true, bakedTCG, "", "tcg", "built for software emulation", "", false, true},
+		{"forced tcg, env runner", "tcg", true, fromEnv, "", "tcg", "forced", "", false, false},
+		{"forced tcg, KVM-only runner", "tcg", true, bakedKVM, "", "", "", "software emulation was forced", false, false},
+		{"forced kvm, env runner", "kvm", false, fromEnv, "", "kvm", "forced", "", false, false},
 	} {
 		var asked []Target
 		var warn bytes.Buffer
-		b := New(Options{Accel: tc.force, Warn: &warn, Probe: func(_ context.Context, tg Target) (bool, string) {
+		b := New(Options{Accel: tc.force, Warn: func(l string) { fmt.Fprintln(&warn, l) }, Probe: func(_ context.Context, tg Target) vmrunner.KVMAnswer {
 			asked = append(asked, tg)
-			return tc.kvm, "probe says so"
+			if tc.kvm {
+				return vmrunner.KVMAnswer{Usable: true, Reason: "probe says yes"}
+			}
+			return vmrunner.KVMAnswer{Reason: "probe says no", Detail: "qemu's assertion"}
 		}})
-		got, err := b.accel(context.Background(), tc.ri)
+		got, err := b.accel(context.Background(), tc.ri, tc.note)
 		if tc.errWant != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.errWant) {
-				t.Errorf("%s: accel = %q, %v; want an error with %q", tc.name, got, err, tc.errWant)
+				t.Errorf("%s: accel = %+v, %v; want an error with %q", tc.name, got, err, tc.errWant)
 			}
-		} else if err != nil || got != tc.want {
-			t.Errorf("%s: accel = %q, %v; want %q", tc.name, got, err, tc.want)
+		} else if err != nil || got.Accel != tc.want || !strings.Contains(got.Reason, tc.reason) {
+			t.Errorf("%s: accel = %+v, %v; want %q because %q", tc.name, got, err, tc.want, tc.reason)
 		}
-		if tc.force == "" && (len(asked) != 1 || asked[0] != tc.ri.Target) {
+		if tc.probes && (len(asked) != 1 || asked[0] != tc.ri.Target) {
 			t.Errorf("%s: probed %+v, want the runner's own target %+v once", tc.name, asked, tc.ri.Target)
 		}
-		if tc.force != "" && len(asked) != 0 {
-			t.Errorf("%s: a forced accelerator must not probe (probed %+v)", tc.name, asked)
+		if !tc.probes && len(asked) != 0 {
+			t.Errorf("%s: probed %+v, want no probe", tc.name, asked)
 		}
-		if got := warn.Len() > 0; got != tc.warn {
-			t.Errorf("%s: warning %q, want one: %v", tc.name, warn.String(), tc.warn)
+		if w := warn.String(); (w != "") != tc.warn || strings.Count(w, "\n") > 1 || (tc.warn && !strings.Contains(w, got.Reason)) {
+			t.Errorf("%s: warning %q; want one line stating the decision's reason: %v", tc.name, w, tc.warn)
 		}
 		// A second step of the same runner asks nobody and warns no more.
-		if tc.force == "" {
-			warn.Reset()
-			b.accel(context.Background(), tc.ri)
-			if len(asked) != 1 || warn.Len() != 0 {
-				t.Errorf("%s: second step probed %d times, warned %q", tc.name, len(asked), warn.String())
-			}
+		warn.Reset()
+		n := len(asked)
+		if again, _ := b.accel(context.Background(), tc.ri, tc.note); again != got || len(asked) != n || warn.Len() != 0 {
+			t.Errorf("%s: second step decided %+v, probed %d more times, warned %q", tc.name, again, len(asked)-n, warn.String())
 		}
 	}
 }
@@ -302,15 +341,17 @@ func TestAccelDecision(t *testing.T) {
 // TestStartError: a guest that never started names KVM and the way out
 // only under KVM, and shows the console's last lines.
 func TestStartError(t *testing.T) {
-	e := &StartError{Accel: "kvm", What: "the hypervisor ended (exit status 134) before the guest started it",
+	e := &StartError{Accel: AccelDecision{"kvm", "a probe guest under -accel kvm with -cpu max reached long mode"},
+		What:        "the hypervisor ended (exit status 134) before the guest started it",
 		ConsoleTail: "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69\n"}
 	msg := e.Error()
-	for _, want := range []string{"never started", "exit status 134", "KVM", "--accel tcg", "AGENTSANDBOX_ACCEL=tcg", "\n    qemu-system-x86_64: error: failed to set MSR 0x10a"} {
+	for _, want := range []string{"never started", "exit status 134", "(accel kvm: a probe guest under -accel kvm with -cpu max reached long mode)",
+		"--accel tcg", "AGENTSANDBOX_ACCEL=tcg", "\n    qemu-system-x86_64: error: failed to set MSR 0x10a"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("StartError = %q, lacks %q", msg, want)
 		}
 	}
-	msg = (&StartError{Accel: "tcg", What: "x"}).Error()
+	msg = (&StartError{Accel: AccelDecision{Accel: "tcg"}, What: "x"}).Error()
 	if strings.Contains(msg, "KVM") || !strings.Contains(msg, "the console was empty") {
 		t.Errorf("StartError under tcg = %q: no KVM advice, and say the console was empty", msg)
 	}
@@ -318,7 +359,7 @@ func TestStartError(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		fmt.Fprintf(&long, "line %d\n", i)
 	}
-	msg = (&StartError{Accel: "tcg", What: "x", ConsoleTail: long.String()}).Error()
+	msg = (&StartError{Accel: AccelDecision{Accel: "tcg"}, What: "x", ConsoleTail: long.String()}).Error()
 	if strings.Contains(msg, "line 24\n") || !strings.Contains(msg, "line 39") {
 		t.Errorf("StartError shows too much or too little of the console:\n%s", msg)
 	}
@@ -386,5 +427,92 @@ func TestHeadTail(t *testing.T) {
 	}
 	if got := HypervisorRlimits(workflow.Resources{Disk: 1 << 30, Memory: 512 << 20}).FSize; got != 1<<30+uint64(hypervisorMemory(workflow.Resources{Memory: 512 << 20})) {
 		t.Errorf("hypervisor fsize = %d", got)
+	}
+}
+
+// fakeQemu writes a qemu-system-x86_64 stand-in for the probe: under
+// -accel kvm with any -cpu it behaves like qemu on a host with nested KVM
+// (shape "abort": it prints qemu's MSR error and aborts at once; shape
+// "hang": its vCPU never gets anywhere); with qemu's default CPU model, or
+// under tcg, the payload reaches its exit port (status 99). It returns the
+// fake and a stand-in KVM device that opens.
+func fakeQemu(t *testing.T, shape string) (qemu, device string) {
+	t.Helper()
+	dir := t.TempDir()
+	var kvmWithCPU string
+	switch shape {
+	case "abort":
+		kvmWithCPU = `echo 'qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69' >&2
+    echo "qemu-system-x86_64: ../../target/i386/kvm/kvm.c:3183: kvm_buf_set_msrs: Assertion 'ret == cpu->kvm_msr_buf->nmsrs' failed." >&2
+    kill -ABRT $$`
+	case "hang":
+		kvmWithCPU = "exec sleep 30"
+	}
+	script := "#!/bin/sh\ncase \"$*\" in\n  *'-accel kvm -cpu '*)\n    " + kvmWithCPU + "\n    ;;\nesac\nexit 99\n"
+	qemu = filepath.Join(dir, "qemu-system-x86_64")
+	device = filepath.Join(dir, "kvm")
+	if err := os.WriteFile(qemu, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(device, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return qemu, device
+}
+
+// TestProbeShapes: the two ways nested KVM fails a guest, each seen by
+// the probe of the CPU model the runner uses, while qemu's default model
+// passes, as on such a host. It needs no /dev/kvm.
+func TestProbeShapes(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ shape, reason, detail string }{
+		{"abort", "failed (signal: aborted): failed to set MSR 0x10a to 0x69", "Assertion"},
+		{"hang", "did not reach long mode within 500ms (the vCPU hangs)", ""},
+	} {
+		qemu, dev := fakeQemu(t, tc.shape)
+		p := Prober{Qemu: qemu, CacheFile: "-", KVMDevice: dev, Timeout: 500 * time.Millisecond}
+		if a := p.Probe(ctx, Target{}); !a.Usable {
+			t.Errorf("%s: qemu's default CPU = %+v, want usable", tc.shape, a)
+		}
+		a := p.Probe(ctx, Target{CPU: "max", Machine: "microvm,acpi=on"})
+		if a.Usable || !strings.Contains(a.Reason, "-cpu max") || !strings.Contains(a.Reason, tc.reason) || !strings.Contains(a.Detail, tc.detail) {
+			t.Errorf("%s: -cpu max = %+v; want unusable, naming -cpu max and %q", tc.shape, a, tc.reason)
+		}
+	}
+}
+
+// TestAccelDecisionOfFixtureRunner is the decision on a host whose KVM
+// runs qemu's default CPU but aborts or hangs with -cpu max, for the VM
+// test fixture's own runner (which passes -cpu max and whose comments hold
+// an apostrophe): software emulation, the reason naming -cpu max, one
+// warning saying so; never KVM on another target's answer.
+func TestAccelDecisionOfFixtureRunner(t *testing.T) {
+	dir := t.TempDir()
+	r := vmfixture.Runner{Name: "f", Qemu: "/usr/bin/qemu-system-x86_64", Kernel: "/k", Initrd: "/i"}
+	files := r.ShareFiles()
+	files["bin/microvm-run"] = r.RunScript("/bin/busybox")
+	for n, c := range files {
+		os.MkdirAll(filepath.Dir(filepath.Join(dir, n)), 0o755)
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(c), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ri, err := ReadRunner(dir)
+	if err != nil || !ri.AccelFromEnv || ri.Target.CPU != "max" || ri.TargetUnknown != "" {
+		t.Fatalf("ReadRunner of the fixture = %+v, %v; want $ACCEL and -cpu max", ri, err)
+	}
+	for _, shape := range []string{"abort", "hang"} {
+		qemu, dev := fakeQemu(t, shape)
+		var warn bytes.Buffer
+		b := New(Options{Warn: func(l string) { fmt.Fprintln(&warn, l) }, Probe: func(ctx context.Context, tg Target) vmrunner.KVMAnswer {
+			return Prober{Qemu: qemu, CacheFile: "-", KVMDevice: dev, Timeout: 500 * time.Millisecond}.Probe(ctx, tg)
+		}})
+		d, err := b.accel(context.Background(), ri, "")
+		if err != nil || d.Accel != "tcg" || !strings.Contains(d.Reason, "-cpu max") {
+			t.Errorf("%s: decision %+v, %v; want tcg because KVM cannot run -cpu max", shape, d, err)
+		}
+		if w := warn.String(); strings.Count(w, "\n") != 1 || !strings.Contains(w, "software emulation") || !strings.Contains(w, d.Reason) {
+			t.Errorf("%s: warning %q; want one line stating the decision", shape, w)
+		}
 	}
 }

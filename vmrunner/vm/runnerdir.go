@@ -30,8 +30,11 @@ type RunnerInfo struct {
 	AccelFromEnv bool
 	BakedAccel   string
 	// Target is the CPU model and machine microvm-run passes to qemu: what
-	// a KVM probe must run with to answer for this runner.
-	Target Target
+	// a KVM probe must run with to answer for this runner. TargetUnknown,
+	// when set, says why they could not be read: then no probe answers
+	// for this runner, and KVM is not proven for it.
+	Target        Target
+	TargetUnknown string
 }
 
 // ReadRunner reads a runner's share/microvm files and scripts.
@@ -70,7 +73,9 @@ func ReadRunner(dir string) (RunnerInfo, error) {
 	ri.HasVirtiofsd = err == nil
 	ri.HasSessionPort = strings.Contains(string(script), "name="+guest.SessionPort)
 	ri.AccelFromEnv, ri.BakedAccel = scriptAccel(string(script))
-	ri.Target = RunnerTarget(string(script))
+	if ri.Target, err = RunnerTarget(string(script)); err != nil {
+		ri.TargetUnknown = fmt.Sprintf("cannot read the CPU model and machine %s passes to qemu: %v", run, err)
+	}
 	if ri.Hypervisor != "" && ri.Hypervisor != "qemu" {
 		// cloud-hypervisor, firecracker and the rest have no software
 		// emulation: they need KVM whatever their script says.

@@ -156,7 +156,7 @@ func (s *Session) connect(ctx context.Context, bound time.Duration) error {
 }
 
 func (s *Session) startError(what string) error {
-	return &StartError{Accel: s.res.Accel, What: what, ConsoleTail: s.l.con.tail()}
+	return &StartError{Accel: accelOf(s.res), What: what, ConsoleTail: s.l.con.tail()}
 }
 
 // dialSession connects to the session channel's socket beneath the VM's

@@ -30,8 +30,10 @@
 // panic), or timed out when the host stopped it.
 // Everything is removed on every way out, including a cancelled context.
 //
-// KVM is used when the probe (ProbeKVM) shows it works, otherwise TCG with
-// a warning.
+// The accelerator is decided once per runner (Backend.accel, AccelDecision):
+// KVM where a probe with the runner's own CPU model and machine shows it
+// runs a guest, otherwise TCG with a one-line warning; the step's result
+// and any start failure state the decision and its reason.
 //
 // Open (session.go) starts the same VM for a session job and keeps it: the
 // agent serves commands over the session channel, a virtio-serial port
@@ -138,9 +140,10 @@ type Options struct {
 	Accel string
 	// Probe decides whether KVM runs a guest with the runner's CPU model
 	// and machine; ProbeTarget (cached per boot and target) when nil.
-	Probe func(ctx context.Context, t Target) (bool, string)
-	// Warn receives the warning when KVM is not usable; os.Stderr when nil.
-	Warn io.Writer
+	Probe func(ctx context.Context, t Target) vmrunner.KVMAnswer
+	// Warn receives the one-line warning, without a "warning:" prefix,
+	// when VMs run under software emulation; nil prints it to stderr.
+	Warn func(line string)
 }
 
 // Backend runs steps in microVMs. It is safe for concurrent Runs of
@@ -149,7 +152,8 @@ type Backend struct {
 	opts Options
 
 	mu     sync.Mutex
-	probed map[Target]probeAnswer // this backend's answers, one per target
+	probed map[Target]vmrunner.KVMAnswer // this backend's answers, one per target
+	warned map[string]bool               // software-emulation reasons already warned of
 }
 
 // New returns the vm backend.
@@ -170,7 +174,7 @@ func New(opts Options) *Backend {
 		opts.Probe = ProbeTarget
 	}
 	if opts.Warn == nil {
-		opts.Warn = os.Stderr
+		opts.Warn = func(line string) { fmt.Fprintln(os.Stderr, "warning: "+line) }
 	}
 	return &Backend{opts: opts}
 }
@@ -214,59 +218,90 @@ func hypervisorMemory(r workflow.Resources) int64 {
 	return mem + MemoryOverheadFixed + mem*MemoryOverheadPercent/100
 }
 
-// accel picks the accelerator for a runner: the forced one, else KVM
-// where the probe shows KVM runs a guest with the runner's own CPU model
-// and machine, else software emulation (TCG) with a warning. A runner
-// built for KVM (microvm.nix bakes -enable-kvm in) cannot fall back: it
-// fails here with what to do instead.
-func (b *Backend) accel(ctx context.Context, ri RunnerInfo) (string, error) {
-	switch b.opts.Accel {
-	case "tcg":
-		if ri.AccelFromEnv || ri.BakedAccel == "tcg" {
-			return "tcg", nil
-		}
-		return "", fmt.Errorf("runner %s was built for KVM (%s), and software emulation was forced: "+
-			"realise the step's software-emulation runner (apply does without --flake; see docs/vm.md), or do not force TCG", ri.Dir, ri.Target)
-	case "kvm":
-		if ri.AccelFromEnv {
-			return "kvm", nil
-		}
-		return ri.BakedAccel, nil
-	}
-	usable, why, first := b.probe(ctx, ri.Target)
-	if ri.AccelFromEnv {
-		if usable {
-			return "kvm", nil
-		}
-		if first {
-			fmt.Fprintf(b.opts.Warn, "warning: KVM cannot run this guest (%s); VMs run under software emulation (TCG), much slower\n", why)
-		}
-		return "tcg", nil
-	}
-	if ri.BakedAccel == "kvm" && !usable {
-		return "", fmt.Errorf("runner %s was built for KVM, and KVM cannot run its guest here (%s): "+
-			"realise the step's software-emulation runner (apply picks it without --flake when KVM fails), or force it with --accel tcg", ri.Dir, why)
-	}
-	return ri.BakedAccel, nil
+// AccelDecision is the accelerator a VM runs with and why, in one line.
+// Backend.accel makes it once per runner, from a probe with exactly the
+// CPU model and machine that runner passes to qemu; the warning, the
+// step's record (StepResult.AccelReason) and a start failure all state it.
+type AccelDecision struct {
+	Accel  string // "kvm" or "tcg"
+	Reason string
 }
 
-// probe asks Probe once per target for this backend's life; first says
-// this call got the answer first.
-func (b *Backend) probe(ctx context.Context, t Target) (usable bool, why string, first bool) {
+// accel decides the accelerator for a runner (note: why the realiser built
+// it, StepSpec.RunnerNote):
+//   - forced by Options.Accel: that one, where the runner can take it;
+//   - a runner built for software emulation: TCG, for the realiser's reason;
+//   - otherwise KVM where the probe shows KVM runs a guest with the runner's
+//     own CPU model and machine, else TCG with a warning. A runner whose
+//     target cannot be read is not proven, and gets no other target's
+//     answer. A runner built for KVM (microvm.nix bakes -enable-kvm in)
+//     cannot fall back: it fails here with what to do instead.
+func (b *Backend) accel(ctx context.Context, ri RunnerInfo, note string) (AccelDecision, error) {
+	bakedTCG := !ri.AccelFromEnv && ri.BakedAccel == "tcg"
+	switch b.opts.Accel {
+	case "tcg":
+		if ri.AccelFromEnv || bakedTCG {
+			return AccelDecision{"tcg", "software emulation forced (--accel tcg or AGENTSANDBOX_ACCEL=tcg)"}, nil
+		}
+		return AccelDecision{}, fmt.Errorf("runner %s was built for KVM (%s), and software emulation was forced: "+
+			"realise the step's software-emulation runner (apply does without --flake; see docs/vm.md), or do not force TCG", ri.Dir, ri.Target)
+	case "kvm":
+		if !bakedTCG {
+			return AccelDecision{"kvm", "KVM forced (--accel kvm), not probed"}, nil
+		}
+	}
+	if bakedTCG {
+		if note == "" {
+			note = "the runner was built for software emulation"
+		}
+		return b.decided(AccelDecision{"tcg", note}), nil
+	}
+	a := b.probe(ctx, ri)
+	if a.Usable {
+		return AccelDecision{"kvm", a.Reason}, nil
+	}
+	if ri.AccelFromEnv {
+		return b.decided(AccelDecision{"tcg", "KVM cannot run this guest here: " + a.Reason}), nil
+	}
+	return AccelDecision{}, fmt.Errorf("runner %s was built for KVM, and KVM cannot run its guest here (%s): "+
+		"realise the step's software-emulation runner (apply picks it without --flake when KVM fails), or force it with --accel tcg", ri.Dir, a.Reason)
+}
+
+// decided warns, once per reason for this backend's life, that VMs run
+// under software emulation, and returns d.
+func (b *Backend) decided(d AccelDecision) AccelDecision {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if a, ok := b.probed[t]; ok {
-		return a.Usable, a.Reason, false
+	if d.Accel == "tcg" && !b.warned[d.Reason] {
+		if b.warned == nil {
+			b.warned = map[string]bool{}
+		}
+		b.warned[d.Reason] = true
+		b.opts.Warn("VMs run under software emulation (TCG), much slower: " + d.Reason)
 	}
-	usable, why = b.opts.Probe(ctx, t)
+	return d
+}
+
+// probe asks Probe once per target for this backend's life. A runner
+// whose target is unknown is answered "not proven" without a probe.
+func (b *Backend) probe(ctx context.Context, ri RunnerInfo) vmrunner.KVMAnswer {
+	if ri.TargetUnknown != "" {
+		return vmrunner.KVMAnswer{Reason: ri.TargetUnknown + ", so KVM is not proven for it"}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if a, ok := b.probed[ri.Target]; ok {
+		return a
+	}
+	a := b.opts.Probe(ctx, ri.Target)
 	if ctx.Err() != nil {
-		return usable, why, false // not an answer to keep
+		return a // not an answer to keep
 	}
 	if b.probed == nil {
-		b.probed = map[Target]probeAnswer{}
+		b.probed = map[Target]vmrunner.KVMAnswer{}
 	}
-	b.probed[t] = probeAnswer{Usable: usable, Reason: why}
-	return usable, why, true
+	b.probed[ri.Target] = a
+	return a
 }
 
 func check(spec vmrunner.StepSpec) error {
@@ -397,11 +432,11 @@ func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec, res *vmrun
 	case ri.HasVirtiofsd:
 		return nil, fmt.Errorf("runner %s has virtiofs shares: not supported yet, use 9p shares", spec.Runner)
 	}
-	accel, err := b.accel(ctx, ri)
+	d, err := b.accel(ctx, ri, spec.RunnerNote)
 	if err != nil {
 		return nil, err
 	}
-	res.Accel = accel
+	res.Accel, res.AccelReason = d.Accel, d.Reason
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -473,7 +508,7 @@ func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec, res *vmrun
 	if spec.Console != nil {
 		outs = append(outs, spec.Console)
 	}
-	cfg := jailConfig(spec, ri, accel, workDir, rootDir, closure)
+	cfg := jailConfig(spec, ri, d.Accel, workDir, rootDir, closure)
 	cfg.Console = &crlfWriter{w: io.MultiWriter(outs...)}
 	cfg.Rlimits = HypervisorRlimits(spec.Step.Resources)
 	// The hypervisor runs under the default filter; a step's allowances
@@ -838,19 +873,28 @@ func (c *consoleWatch) tail() string {
 	return string(c.last)
 }
 
+// accelOf is the accelerator decision a result holds.
+func accelOf(res vmrunner.StepResult) AccelDecision {
+	return AccelDecision{Accel: res.Accel, Reason: res.AccelReason}
+}
+
 // StartError is a VM whose job never started: its hypervisor ended first,
 // or the guest did not get there within the start bound. It is an
 // infrastructure error, not the job's failure.
 type StartError struct {
-	Accel       string // "kvm" or "tcg"
-	What        string // what happened, for the message
+	Accel       AccelDecision // what the VM ran with, and why
+	What        string        // what happened, for the message
 	ConsoleTail string
 }
 
 func (e *StartError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "the VM's job never started: %s (accel %s)", e.What, e.Accel)
-	if e.Accel == "kvm" {
+	fmt.Fprintf(&b, "the VM's job never started: %s (accel %s", e.What, e.Accel.Accel)
+	if e.Accel.Reason != "" {
+		b.WriteString(": " + e.Accel.Reason)
+	}
+	b.WriteString(")")
+	if e.Accel.Accel == "kvm" {
 		b.WriteString(". KVM on this host may not run this guest (nested virtualisation often cannot); " +
 			"force software emulation with 'apply --accel tcg' or AGENTSANDBOX_ACCEL=tcg")
 	}
@@ -909,7 +953,7 @@ func (b *Backend) wait(ctx context.Context, r *run, ri RunnerInfo, spec vmrunner
 	res.Usage = x.Usage
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(context.Cause(wctx), errNotStarted) {
-			return res, &StartError{Accel: res.Accel, What: fmt.Sprintf("the guest did not start it within %v, and the host stopped the VM", bound), ConsoleTail: con.tail()}
+			return res, &StartError{Accel: accelOf(res), What: fmt.Sprintf("the guest did not start it within %v, and the host stopped the VM", bound), ConsoleTail: con.tail()}
 		}
 		return res, err
 	}
@@ -918,7 +962,7 @@ func (b *Backend) wait(ctx context.Context, r *run, ri RunnerInfo, spec vmrunner
 	result, hasResult, rerr := vmrunner.ReadResult(spec.ControlDir)
 	res.Result, res.HasResult = result, hasResult
 	if !started && !hasResult && !hostTimeout && usage.OOMKills == 0 {
-		return res, &StartError{Accel: res.Accel, What: fmt.Sprintf("the hypervisor ended (%s) before the guest started it", exitText(x.Err)), ConsoleTail: con.tail()}
+		return res, &StartError{Accel: accelOf(res), What: fmt.Sprintf("the hypervisor ended (%s) before the guest started it", exitText(x.Err)), ConsoleTail: con.tail()}
 	}
 	res.Status, res.Detail = vmrunner.Classify(vmrunner.Facts{
 		Result: result, HasResult: hasResult, ResultErr: rerr,

@@ -264,24 +264,24 @@ func tapRunner(t *testing.T, s *vmrunner.StepSpec, ifaces ...vmfixture.Interface
 func TestProbe(t *testing.T) {
 	testtier.Command(t, "vm", "qemu-system-x86_64", "apt-get install qemu-system-x86")
 	ctx := context.Background()
-	if ok, why := (Prober{}).ProbeAccel(ctx, "tcg", Target{CPU: "max", Machine: "microvm,acpi=on"}); !ok {
-		t.Fatalf("the probe payload does not reach long mode under tcg: %s", why)
+	if a := (Prober{}).ProbeAccel(ctx, "tcg", Target{CPU: "max", Machine: "microvm,acpi=on"}); !a.Usable {
+		t.Fatalf("the probe payload does not reach long mode under tcg: %s", a.Full())
 	}
 	// The same payload with a CPU that has no long mode must fail: the
 	// probe really goes that far.
-	if ok, why := (Prober{}).ProbeAccel(ctx, "tcg", Target{CPU: "qemu32"}); ok {
-		t.Errorf("the probe passed on a 32-bit CPU (%s): it does not test long mode", why)
+	if a := (Prober{}).ProbeAccel(ctx, "tcg", Target{CPU: "qemu32"}); a.Usable {
+		t.Errorf("the probe passed on a 32-bit CPU (%s): it does not test long mode", a.Reason)
 	}
 	p := Prober{CacheFile: "-", KVMDevice: filepath.Join(t.TempDir(), "no-kvm")}
-	if ok, why := p.Probe(ctx, MicrovmNixTarget); ok || !strings.Contains(why, "cannot open") {
-		t.Errorf("probe without a KVM device = %v, %q", ok, why)
+	if a := p.Probe(ctx, MicrovmNixTarget); a.Usable || !strings.Contains(a.Reason, "cannot open") {
+		t.Errorf("probe without a KVM device = %+v", a)
 	}
 	start := time.Now()
-	usable, why := Prober{CacheFile: "-"}.Probe(ctx, MicrovmNixTarget)
+	a := Prober{CacheFile: "-"}.Probe(ctx, MicrovmNixTarget)
 	if took := time.Since(start); took > ProbeTimeout+2*time.Second {
 		t.Errorf("the probe took %v, want at most about %v", took, ProbeTimeout)
 	}
-	t.Logf("KVM runs microvm.nix's -cpu host guests here: %v (%s)", usable, why)
+	t.Logf("KVM runs microvm.nix's -cpu host guests here: %v (%s)", a.Usable, a.Full())
 }
 
 func TestProbeCache(t *testing.T) {
@@ -291,34 +291,34 @@ func TestProbeCache(t *testing.T) {
 	}
 	cache := filepath.Join(t.TempDir(), "probe.json")
 	max := Target{CPU: "max"}
-	b, _ := json.Marshal(probeCache{BootID: id, Answers: map[string]probeAnswer{
+	b, _ := json.Marshal(probeCache{Version: probeCacheVersion, BootID: id, Answers: map[string]vmrunner.KVMAnswer{
 		MicrovmNixTarget.key(): {Usable: true, Reason: "cached answer"},
 	}})
 	if err := os.WriteFile(cache, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p := Prober{CacheFile: cache, KVMDevice: "/nonexistent"}
-	if ok, why := p.Probe(context.Background(), MicrovmNixTarget); !ok || why != "cached answer" {
-		t.Errorf("probe = %v, %q; want the cached answer for this boot", ok, why)
+	if a := p.Probe(context.Background(), MicrovmNixTarget); !a.Usable || a.Reason != "cached answer" {
+		t.Errorf("probe = %+v; want the cached answer for this boot", a)
 	}
 	// Another CPU model is probed, not taken from -cpu host's answer, and
 	// both answers are kept.
-	if ok, why := p.Probe(context.Background(), max); ok || !strings.Contains(why, "cannot open") {
-		t.Errorf("probe for -cpu max = %v, %q; want a probe of its own", ok, why)
+	if a := p.Probe(context.Background(), max); a.Usable || !strings.Contains(a.Reason, "cannot open") {
+		t.Errorf("probe for -cpu max = %+v; want a probe of its own", a)
 	}
 	var c probeCache
 	b, _ = os.ReadFile(cache)
 	if err := json.Unmarshal(b, &c); err != nil || len(c.Answers) != 2 {
 		t.Errorf("cache after two targets: %s (%v)", b, err)
 	}
-	b, _ = json.Marshal(probeCache{BootID: "another-boot", Answers: map[string]probeAnswer{
+	b, _ = json.Marshal(probeCache{Version: probeCacheVersion, BootID: "another-boot", Answers: map[string]vmrunner.KVMAnswer{
 		MicrovmNixTarget.key(): {Usable: true, Reason: "stale"},
 	}})
 	if err := os.WriteFile(cache, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if ok, why := p.Probe(context.Background(), MicrovmNixTarget); ok || why == "stale" {
-		t.Errorf("probe = %v, %q; a cache from another boot must be ignored", ok, why)
+	if a := p.Probe(context.Background(), MicrovmNixTarget); a.Usable || a.Reason == "stale" {
+		t.Errorf("probe = %+v; a cache from another boot must be ignored", a)
 	}
 }
 
