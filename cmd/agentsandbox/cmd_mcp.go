@@ -82,4 +82,3 @@ func serveMCP(ctx context.Context, stdio Stdio, s *sdk.Server, mgr sandboxes.Man
 	}
 	return nil
 }
-
