@@ -80,9 +80,13 @@ func TestOOM(t *testing.T) {
 	assertClean(t, opts, spec)
 }
 
+// TestForkBombHeld: a fork bomb is held at the step's pids limit, the step
+// ends, and the job's own shell goes on beside it. The shell waits with a
+// builtin loop, not sleep: any fork competes with the bomb for the same
+// pids and may rightly fail while the bomb holds them all.
 func TestForkBombHeld(t *testing.T) {
 	b, opts := rootBackend(t)
-	spec := suiteOpts.Spec(t, "bomb", runnertest.Sh("f() { f | f & }; f; sleep 2; echo still-here"))
+	spec := suiteOpts.Spec(t, "bomb", runnertest.Sh("f() { f | f & }; f; i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; echo still-here"))
 	spec.Step.Resources.PIDs = 32
 	spec.Step.Resources.TimeoutMS = 10_000
 	res := runnertest.RunStep(t, b, spec)
