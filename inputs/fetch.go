@@ -27,6 +27,14 @@
 // NARs by their NAR hash, and git commits map to their tree's NAR through a
 // ref. A second fetch of the same pinned input is served from the store
 // without touching the network.
+//
+// A workflow that someone other than the operator wrote (an API caller's,
+// sent to the server) is fetched under a Confinement (Fetcher.Confine,
+// confine.go): files beneath the base directory only, always read; git
+// only over the schemes it allows, http(s) through a loopback proxy of
+// the fetch's own; every http(s) and git connection to an address the
+// egress rules accept, judged after DNS and dialled as that literal; no
+// stored content served by its pin unless the caller owns it.
 package inputs
 
 import (
