@@ -482,6 +482,11 @@ func TestConfinedGit(t *testing.T) {
 		t.Fatalf("a loopback repository by name: %v; want ErrRefused from git's dial", err)
 	}
 	t.Logf("by name: %v", err)
+	// https goes through the proxy as a CONNECT, judged the same way.
+	byName.Source = "git::https://localhost:" + port + "/repo.git"
+	if _, err := f.Fetch(ctx, byName, "", filepath.Join(ws, "tls")); !errors.Is(err, ErrRefused) {
+		t.Fatalf("a loopback repository by name over https: %v; want ErrRefused from git's CONNECT", err)
+	}
 	if hits.Load() != 0 {
 		t.Fatalf("the refused repository was asked %d times", hits.Load())
 	}

@@ -46,9 +46,9 @@ func (f *Fetcher) gitConfined(ctx context.Context, in workflow.Input, remote, st
 		git = "git"
 	}
 	run := func(dir string, args ...string) error {
-		cmd := exec.CommandContext(ctx, git, append(gitConfinedConfig(p.url()), args...)...)
+		cmd := exec.CommandContext(ctx, git, args...)
 		cmd.Dir = dir
-		cmd.Env = gitConfinedEnv(home)
+		cmd.Env = gitConfinedEnv(home, p.url())
 		out, err := cmd.CombinedOutput()
 		if refusal := g.refused(); refusal != nil {
 			return fmt.Errorf("git checkout of %s at %s: %w", in.Source, in.Commit, refusal)
@@ -71,26 +71,28 @@ func (f *Fetcher) gitConfined(ctx context.Context, in workflow.Input, remote, st
 }
 
 // gitConfinedConfig is the configuration every confined git command runs
-// with (git hands -c settings on to the git commands it starts, such as
-// a submodule's clone): the proxy with its credentials, and no credential
-// helper, askpass program or hooks.
-func gitConfinedConfig(proxy string) []string {
-	return []string{
-		"-c", "http.proxy=" + proxy,
-		"-c", "http.proxyAuthMethod=basic",
-		"-c", "credential.helper=",
-		"-c", "core.askPass=",
-		"-c", "core.hooksPath=/dev/null",
-		"-c", "core.fsmonitor=false",
-		"-c", "init.templateDir=",
+// with: the proxy with its credentials, and no credential helper, askpass
+// program or hooks.
+func gitConfinedConfig(proxy string) [][2]string {
+	return [][2]string{
+		{"http.proxy", proxy},
+		{"http.proxyAuthMethod", "basic"},
+		{"credential.helper", ""},
+		{"core.askPass", ""},
+		{"core.hooksPath", "/dev/null"},
+		{"core.fsmonitor", "false"},
+		{"init.templateDir", ""},
 	}
 }
 
 // gitConfinedEnv is the whole environment of a confined git command: no
 // system or global configuration, a fresh HOME (no .netrc, no ssh keys),
-// no prompts, and only the http and https transports.
-func gitConfinedEnv(home string) []string {
-	return []string{
+// no prompts, only the http and https transports, and gitConfinedConfig
+// as GIT_CONFIG_* variables, which the git commands it starts (a
+// submodule's clone) inherit and which, unlike -c, other users cannot
+// read in the process list (the proxy's credentials are in it).
+func gitConfinedEnv(home, proxy string) []string {
+	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + home,
 		"XDG_CONFIG_HOME=" + home,
@@ -100,6 +102,11 @@ func gitConfinedEnv(home string) []string {
 		"GIT_ALLOW_PROTOCOL=http:https",
 		"LC_ALL=C",
 	}
+	cfg := gitConfinedConfig(proxy)
+	for i, kv := range cfg {
+		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))
+	}
+	return append(env, fmt.Sprintf("GIT_CONFIG_COUNT=%d", len(cfg)))
 }
 
 // gitProxy is an HTTP proxy on loopback for one confined git fetch: it
