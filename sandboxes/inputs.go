@@ -75,7 +75,7 @@ func (m *manager) apiFetch(pol *policy.Engine, w *workflow.Workflow) (engine.Fet
 // record the run left; nil for any other error (the run's answer then
 // carries it, as before).
 func apiRunError(err error, rec record.ID) error {
-	code := Code("")
+	var code Code
 	switch {
 	case errors.Is(err, inputs.ErrRefused), errors.Is(err, inputs.ErrOutside):
 		code = CodeDenied
