@@ -27,6 +27,14 @@
 // NARs by their NAR hash, and git commits map to their tree's NAR through a
 // ref. A second fetch of the same pinned input is served from the store
 // without touching the network.
+//
+// A workflow that someone other than the operator wrote (an API caller's,
+// sent to the server) is fetched under a Confinement (Fetcher.Confine,
+// confine.go): files beneath the base directory only, always read; git
+// only over the schemes it allows, http(s) through a loopback proxy of
+// the fetch's own; every http(s) and git connection to an address the
+// egress rules accept, judged after DNS and dialled as that literal; no
+// stored content served by its pin unless the caller owns it.
 package inputs
 
 import (
@@ -36,7 +44,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -87,6 +97,15 @@ type Fetcher struct {
 	// directory (apply --allow-outside-inputs). Without it such an input
 	// fails with ErrOutside.
 	AllowOutside bool
+	// Confine, when set, is the input policy of the workflow's author:
+	// an API caller's (see Confinement). nil is the operator's own
+	// workflow, fetched as described in the package doc.
+	Confine *Confinement
+	// Resolve and Dial are how a confined fetch resolves names and dials
+	// the addresses it accepted (always address:port literals); nil is
+	// the host's resolver and a plain dialer.
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	Dial    func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // Fetched is one input placed at its destination.
@@ -131,6 +150,9 @@ func (f *Fetcher) Fetch(ctx context.Context, in workflow.Input, baseDir, dst str
 	baseDir, err := filepath.Abs(baseDir)
 	if err != nil {
 		return Fetched{}, fmt.Errorf("fetch input %q: %w", in.Name, err)
+	}
+	if err := f.Confine.Check(in); err != nil {
+		return Fetched{}, fmt.Errorf("fetch %w", err)
 	}
 	var res Fetched
 	switch in.Kind {
@@ -184,7 +206,7 @@ func (f *Fetcher) fetchFile(ctx context.Context, in workflow.Input, baseDir stri
 	if err != nil {
 		return Fetched{}, err
 	}
-	if !f.AllowOutside {
+	if !f.AllowOutside || f.Confine != nil {
 		return f.fetchFileBeneath(in, baseDir, path, want, pinned)
 	}
 	if pinned && f.Store.HasBlob(want) {
@@ -211,8 +233,18 @@ func (f *Fetcher) fetchFile(ctx context.Context, in workflow.Input, baseDir stri
 }
 
 // outsideError is the ErrOutside error for source.
-func outsideError(source, baseDir, why string) error {
+func (f *Fetcher) outsideError(source, baseDir, why string) error {
+	if f.Confine != nil {
+		return fmt.Errorf("%w: source %q %s, and an API caller's file inputs are read only from beneath the server's template directory", ErrOutside, source, why)
+	}
 	return fmt.Errorf("%w %s: source %q %s; move the file there, or pass --allow-outside-inputs to apply", ErrOutside, baseDir, source, why)
+}
+
+// stored reports whether the content pinned by d may be served from the
+// store without its source being read: always for the operator's own
+// workflows, for a confined fetch only what the caller owns.
+func (f *Fetcher) stored(d record.Digest) bool {
+	return f.Store.HasBlob(d) && (f.Confine == nil || f.Confine.owns(d))
 }
 
 // fetchFileBeneath is fetchFile for a source that must resolve beneath
@@ -224,7 +256,7 @@ func outsideError(source, baseDir, why string) error {
 func (f *Fetcher) fetchFileBeneath(in workflow.Input, baseDir, path string, want record.Digest, pinned bool) (Fetched, error) {
 	rel, err := filepath.Rel(baseDir, path)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return Fetched{}, outsideError(in.Source, baseDir, "leaves it with ..")
+		return Fetched{}, f.outsideError(in.Source, baseDir, "leaves it with ..")
 	}
 	root, err := os.OpenRoot(baseDir)
 	if err != nil {
@@ -235,11 +267,15 @@ func (f *Fetcher) fetchFileBeneath(in workflow.Input, baseDir, path string, want
 	// nothing for regular files and directories.
 	fh, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		if pinned && f.Store.HasBlob(want) && errors.Is(err, fs.ErrNotExist) {
+		if pinned && errors.Is(err, fs.ErrNotExist) && f.stored(want) {
 			return cachedFile(want, f.Store) // the source may go away once stored
 		}
 		if strings.Contains(err.Error(), "escapes from parent") {
-			return Fetched{}, outsideError(in.Source, baseDir, "leads out of it through a symlink")
+			return Fetched{}, f.outsideError(in.Source, baseDir, "leads out of it through a symlink")
+		}
+		if f.Confine != nil && errors.Is(err, fs.ErrNotExist) {
+			// The same words whether or not the store holds the pin.
+			return Fetched{}, fmt.Errorf("%w: %q is not in the server's template directory; an API caller's file inputs are read from there, never from the server's store", ErrNoSource, in.Source)
 		}
 		return Fetched{}, fmt.Errorf("source: %w", err)
 	}
@@ -269,7 +305,7 @@ func (f *Fetcher) fetchFileBeneath(in workflow.Input, baseDir, path string, want
 	case !fi.Mode().IsRegular():
 		return Fetched{}, fmt.Errorf("source %s is a %s; file inputs are regular files or directories", path, fi.Mode().Type())
 	}
-	if pinned && f.Store.HasBlob(want) {
+	if pinned && f.stored(want) {
 		return cachedFile(want, f.Store)
 	}
 	stage, err := f.Store.TempDir("fetch-")
@@ -308,7 +344,7 @@ func (f *Fetcher) fetchHTTP(ctx context.Context, in workflow.Input) (Fetched, er
 	if !pinned {
 		return Fetched{}, fmt.Errorf("http input has no sha256; add `sha256: <hex>` (sha256sum of the file) so the download is pinned")
 	}
-	if f.Store.HasBlob(want) {
+	if f.stored(want) {
 		return cachedFile(want, f.Store)
 	}
 	hg := &getter.HttpGetter{
@@ -319,7 +355,17 @@ func (f *Fetcher) fetchHTTP(ctx context.Context, in workflow.Input) (Fetched, er
 		MaxBytes:              f.limits().MaxDownload,
 		Client:                f.HTTPClient,
 	}
-	return f.viaGetter(ctx, in, src, []getter.Getter{hg}, want, true)
+	if f.Confine == nil {
+		return f.viaGetter(ctx, in, src, []getter.Getter{hg}, want, true)
+	}
+	g := &guard{f: f, c: f.Confine}
+	hg.Client = g.httpClient()
+	res, err := f.viaGetter(ctx, in, src, []getter.Getter{hg}, want, true)
+	if refusal := g.refused(); err != nil && refusal != nil {
+		// What the policy refused, not what the HTTP client made of it.
+		return Fetched{}, fmt.Errorf("get %s: %w", src, refusal)
+	}
+	return res, err
 }
 
 func cachedFile(d record.Digest, s *record.Store) (Fetched, error) {
@@ -382,6 +428,11 @@ func (f *Fetcher) storeStaged(stage, dl, src string, want record.Digest, pinned 
 	if err != nil {
 		return Fetched{}, err
 	}
+	if pinned && got != want && f.Confine != nil {
+		// The caller learns that it does not match, not what it is.
+		os.RemoveAll(stage)
+		return Fetched{}, fmt.Errorf("%w for %s: it does not match the pinned sha256 %s; what was read was removed (fix the input's sha256 if the source changed on purpose)", ErrChecksum, src, want.Hex())
+	}
 	if pinned && got != want {
 		os.RemoveAll(stage)
 		return Fetched{}, fmt.Errorf("%w for %s: expected sha256 %s, got %s; the downloaded file was removed (fix the input's sha256 if the source changed on purpose)", ErrChecksum, src, want.Hex(), got.Hex())
@@ -439,13 +490,14 @@ func (f *Fetcher) fetchGit(ctx context.Context, in workflow.Input) (Fetched, err
 	}
 	if d, ok, err := f.Store.Ref("git", in.Commit); err != nil {
 		return Fetched{}, err
-	} else if ok {
+	} else if ok && (f.Confine == nil || f.Confine.owns(d)) {
 		fi, err := os.Stat(f.Store.BlobPath(d))
 		if err != nil {
 			return Fetched{}, err
 		}
 		return Fetched{Input: record.Input{Commit: in.Commit, Format: record.FormatNAR, Digest: d, Size: fi.Size()}, Cached: true}, nil
 	}
+	remote := u.String()
 	q.Set("ref", in.Commit)
 	u.RawQuery = q.Encode()
 	stage, err := f.Store.TempDir("git-")
@@ -454,14 +506,20 @@ func (f *Fetcher) fetchGit(ctx context.Context, in workflow.Input) (Fetched, err
 	}
 	defer os.RemoveAll(stage)
 	repo := filepath.Join(stage, "repo")
-	client := &getter.Client{
-		Getters:         []getter.Getter{&getter.GitGetter{Timeout: 30 * time.Minute}},
-		Decompressors:   map[string]getter.Decompressor{},
-		DisableSymlinks: true,
-	}
-	req := &getter.Request{Src: "git::" + u.String(), Dst: repo, GetMode: getter.ModeDir}
-	if _, err := client.Get(ctx, req); err != nil {
-		return Fetched{}, fmt.Errorf("git checkout of %s at %s: %w", in.Source, in.Commit, err)
+	if s := gitScheme(in.Source); f.Confine != nil && (s == "http" || s == "https") {
+		if err := f.gitConfined(ctx, in, remote, stage, repo); err != nil {
+			return Fetched{}, err
+		}
+	} else {
+		client := &getter.Client{
+			Getters:         []getter.Getter{&getter.GitGetter{Timeout: 30 * time.Minute}},
+			Decompressors:   map[string]getter.Decompressor{},
+			DisableSymlinks: true,
+		}
+		req := &getter.Request{Src: "git::" + u.String(), Dst: repo, GetMode: getter.ModeDir}
+		if _, err := client.Get(ctx, req); err != nil {
+			return Fetched{}, fmt.Errorf("git checkout of %s at %s: %w", in.Source, in.Commit, err)
+		}
 	}
 	git := f.Git
 	if git == "" {
@@ -481,8 +539,13 @@ func (f *Fetcher) fetchGit(ctx context.Context, in workflow.Input) (Fetched, err
 	if err != nil {
 		return Fetched{}, err
 	}
-	if err := f.Store.PutRef("git", in.Commit, h.Blob()); err != nil {
-		return Fetched{}, err
+	// The commit's tree is served from the store to later fetches of the
+	// commit, from any source; what an API caller's server gave is not
+	// trusted that far.
+	if f.Confine == nil {
+		if err := f.Store.PutRef("git", in.Commit, h.Blob()); err != nil {
+			return Fetched{}, err
+		}
 	}
 	return Fetched{Input: record.Input{Commit: in.Commit, Format: record.FormatNAR, Digest: h.Blob(), Size: n}}, nil
 }

@@ -454,6 +454,19 @@ func TestFileInputOutsideRefused(t *testing.T) {
 	if b, _ := os.ReadFile(got.Path); !bytes.Equal(b, secret) {
 		t.Errorf("placed %q", b)
 	}
+
+	// An API caller's workflow is confined whatever AllowOutside says
+	// (serve --allow-outside-inputs is for the operator's workflows).
+	for _, source := range []string{"../secret", "link-file", "link-dir/s.txt"} {
+		f = newFetcher(t)
+		f.AllowOutside = true
+		f.Confine = &Confinement{}
+		in = workflow.Input{Name: "x", Kind: workflow.InputFile, Source: source, SHA256: sum(secret)}
+		_, err := f.Fetch(context.Background(), in, base, filepath.Join(t.TempDir(), "x"))
+		if !errors.Is(err, ErrOutside) || strings.Contains(err.Error(), "--allow-outside-inputs") {
+			t.Errorf("confined, AllowOutside: Fetch(%q) = %v, want ErrOutside without the flag's hint", source, err)
+		}
+	}
 }
 
 // TestFileInputSpecialFilesRefused: a FIFO (which would hang the host on

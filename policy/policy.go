@@ -77,6 +77,8 @@ type Engine struct {
 	seccompAllow map[string][]string
 	// egressDeny is data.agentsandbox.egress_deny (see EgressDeny).
 	egressDeny []string
+	// apiInputs is data.agentsandbox.api_inputs (see APIInputs).
+	apiInputs APIInputs
 	// actionQuery judges actions in sandboxes (action.go); nil when the
 	// bundle has no deny_action rules.
 	actionQuery *rego.PreparedEvalQuery
@@ -208,7 +210,11 @@ func compile(ctx context.Context, opts Options, b *bundle) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{bundle: b.digest(), policies: make([]string, 0, len(b.sources)), seccompAllow: allow, egressDeny: deny}
+	api, err := apiInputsData(b.data)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{bundle: b.digest(), policies: make([]string, 0, len(b.sources)), seccompAllow: allow, egressDeny: deny, apiInputs: api}
 	for _, s := range b.sources {
 		e.policies = append(e.policies, s.name)
 	}

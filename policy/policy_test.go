@@ -803,3 +803,43 @@ func nonNilStrings(s []string) []string {
 	}
 	return s
 }
+
+// TestAPIInputsData: data.agentsandbox.api_inputs has safe defaults (from
+// the default data, and the same without it), merges key by key over
+// them, and is read strictly: what cannot be enforced fails to load.
+func TestAPIInputsData(t *testing.T) {
+	def := DefaultAPIInputs()
+	if got := load(t, Options{}).APIInputs(); fmt.Sprint(got) != fmt.Sprint(def) {
+		t.Errorf("default data: %+v, want %+v", got, def)
+	}
+	if fmt.Sprint(def) != "{[http https] false [] []}" {
+		t.Errorf("defaults = %v: want git over http(s) only, nothing from the store, no special address", def)
+	}
+	dir := t.TempDir()
+	rules := writeFile(t, filepath.Join(dir, "p", "p.rego"), "package agentsandbox\n\ndeny contains \"x\" if false\n")
+	if got := load(t, Options{NoDefault: true, Dirs: []string{filepath.Dir(rules)}}).APIInputs(); fmt.Sprint(got) != fmt.Sprint(def) {
+		t.Errorf("--no-default-policy: %+v, want the defaults %+v", got, def)
+	}
+	wide := writeFile(t, filepath.Join(dir, "wide.json"), `{"agentsandbox": {"egress_deny": ["10.9.0.0/16"],
+		"api_inputs": {"from_store": true, "network_allow": ["127.0.0.1/32:8080", "10.0.0.0/8", "127.0.0.1/32:8080"]}}}`)
+	got := load(t, Options{DataFiles: []string{wide}}).APIInputs()
+	if want := "{[http https] true [10.0.0.0/8 127.0.0.1/32:8080] [10.9.0.0/16]}"; fmt.Sprint(got) != want {
+		t.Errorf("widened: %v, want %s (git_schemes kept from the default data)", got, want)
+	}
+	for data, want := range map[string]string{
+		`{"api_inputs": ["x"]}`:                                   "want an object",
+		`{"api_inputs": {"git_schemes": ["s3"]}}`:                 "git_schemes holds s3",
+		`{"api_inputs": {"git_schemes": "https"}}`:                "git_schemes is string",
+		`{"api_inputs": {"from_store": "yes"}}`:                   "from_store is string",
+		`{"api_inputs": {"network_allow": ["*"]}}`:                "network_allow",
+		`{"api_inputs": {"network_allow": ["db.internal:5432"]}}`: `"db.internal:5432", a name`,
+		`{"api_inputs": {"allow_local_git": true}}`:               `unknown key "allow_local_git"`,
+	} {
+		p := writeFile(t, filepath.Join(dir, "bad.json"), `{"agentsandbox": `+data+`}`)
+		_, err := Load(context.Background(), Options{DataFiles: []string{p}})
+		var se *SourceError
+		if !errors.As(err, &se) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "data.agentsandbox.api_inputs") {
+			t.Errorf("%s: %v, want a SourceError naming the key and %q", data, err, want)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/engine"
+	"github.com/agentsandbox/agentsandbox/inputs"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/workflow"
@@ -54,6 +55,12 @@ type Options struct {
 	// Warm lists the specs the manager keeps sandboxes of opened ahead,
 	// and how many, for creates that ask for the same (warm.go).
 	Warm []WarmSpec
+	// Inputs fetches workflow inputs, file inputs beneath TemplateDir
+	// (inputs.go): the operator's workflows with it as it is (it is
+	// Engine.Fetch when that is nil), an inline workflow sent by an API
+	// caller under the policy's api_inputs. nil: Engine.Fetch alone, and
+	// an inline workflow with inputs is refused.
+	Inputs *inputs.Fetcher
 }
 
 // Manager is the real Manager: sandboxes opened through the engine.
@@ -105,6 +112,9 @@ func New(o Options) (Manager, error) {
 		o.Logf = func(string, ...any) {}
 	}
 	m := &manager{o: o, boxes: map[string]*box{}, stop: make(chan struct{}), done: make(chan struct{})}
+	if m.o.Engine.Fetch == nil && m.o.Inputs != nil {
+		m.o.Engine.Fetch = m.fetchFrom(m.o.Inputs)
+	}
 	if err := m.checkWarm(); err != nil {
 		return nil, &Error{Code: CodeBadRequest, Message: err.Error(), Err: err}
 	}

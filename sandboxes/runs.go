@@ -30,8 +30,10 @@ type RunRequest struct {
 	// Workflow is a workflow file in the server's template directory,
 	// as a relative path ("ci.yaml"); its file inputs are resolved there.
 	Workflow string `json:"workflow,omitempty"`
-	// Inline is a workflow's YAML itself. Its file inputs are resolved in
-	// the template directory too, so a server without one refuses them.
+	// Inline is a workflow's YAML itself, an API caller's: its inputs
+	// are fetched under the policy's api_inputs (inputs.go). Its file
+	// inputs are resolved in the template directory too, so a server
+	// without one refuses them.
 	Inline string `json:"inline,omitempty"`
 	// Isolation overrides every step's (namespace, vm or auto).
 	Isolation string `json:"isolation,omitempty"`
@@ -96,6 +98,15 @@ func (m *manager) Run(ctx context.Context, r RunRequest) (RunInfo, error) {
 		Workflow: &policy.ActionWorkflow{Name: w.Name, Hash: w.Hash().String(), Steps: stepNames(w)}}); err != nil {
 		return RunInfo{}, err
 	}
+	// One policy for the whole run: its admission and, for an inline
+	// workflow (an API caller's, not the operator's), its inputs.
+	pol := m.policy()
+	var apiFetch engine.FetchFunc
+	if r.Inline != "" {
+		if apiFetch, err = m.apiFetch(pol, w); err != nil {
+			return RunInfo{}, err
+		}
+	}
 	m.mu.Lock()
 	switch {
 	case m.closing:
@@ -128,8 +139,11 @@ func (m *manager) Run(ctx context.Context, r RunRequest) (RunInfo, error) {
 	eo := m.o.Engine
 	eo.WorkflowPath, eo.WorkflowBytes = path, raw
 	eo.Isolation = workflow.Isolation(r.Isolation)
-	if p := m.policy(); p != nil {
-		eo.Policy = p
+	if pol != nil {
+		eo.Policy = pol
+	}
+	if apiFetch != nil {
+		eo.Fetch = apiFetch
 	}
 	eo.Events = nil
 	if m.o.Realiser != nil {
@@ -141,6 +155,11 @@ func (m *manager) Run(ctx context.Context, r RunRequest) (RunInfo, error) {
 			err = errors.New("the engine returned no result")
 		}
 		return RunInfo{}, openError(err)
+	}
+	if r.Inline != "" && err != nil {
+		if aerr := apiRunError(err, res.ID); aerr != nil {
+			return RunInfo{}, aerr
+		}
 	}
 	info := m.runInfo(res)
 	if err != nil && info.Error == "" {

@@ -2,13 +2,19 @@ package sandboxes
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/inputs"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 )
@@ -165,5 +171,68 @@ func TestRunWorkflowServerStops(t *testing.T) {
 	}
 	if _, err := m.(Runner).Run(context.Background(), RunRequest{Inline: slow}); CodeOf(err) != CodeStopped {
 		t.Errorf("a run after Close: %v, want server_stopping", err)
+	}
+}
+
+// TestRunInlineInputs: an inline workflow is an API caller's, so its
+// inputs are judged by the policy's api_inputs before anything runs (a 403
+// naming the input and the key; a 400 for a file input on a server with
+// no template directory), and a policy that widens api_inputs, set while
+// the server runs, takes effect at the next run. A workflow file from the
+// template directory is the operator's and keeps the operator's fetch.
+func TestRunInlineInputs(t *testing.T) {
+	tmpl := t.TempDir()
+	body := []byte("template data\n")
+	os.WriteFile(filepath.Join(tmpl, "data.txt"), body, 0o644)
+	sum := sha256.Sum256(body)
+	pin := hex.EncodeToString(sum[:])
+	victim := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) }))
+	defer victim.Close()
+	inline := func(source string) string {
+		return "apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: in\ninputs:\n  d:\n    source: " + source +
+			"\n    sha256: \"" + pin + "\"\nsteps:\n  - name: s\n    isolation: namespace\n    inputs: [d]\n    run: cat d\n"
+	}
+	os.WriteFile(filepath.Join(tmpl, "op.yaml"), []byte(inline(victim.URL+"/d")), 0o644)
+	fetcher := &inputs.Fetcher{}
+	m, store := newManager(t, Options{TemplateDir: tmpl, Inputs: fetcher})
+	fetcher.Store = store // the manager's own store
+	r := m.(Runner)
+	ctx := context.Background()
+
+	info, err := r.Run(ctx, RunRequest{Inline: inline("data.txt")})
+	if err != nil || info.Status != "succeeded" || info.Steps[0].Stdout != string(body) {
+		t.Fatalf("an inline workflow's file from the template directory: %+v, %v", info, err)
+	}
+	_, err = r.Run(ctx, RunRequest{Inline: inline(victim.URL + "/d")})
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeDenied || !strings.Contains(e.Message, `input "d"`) || !strings.Contains(e.Message, "api_inputs.network_allow") {
+		t.Fatalf("an inline workflow's input on loopback: %v; want policy_denied naming the input and the key", err)
+	}
+	// The operator's workflow file fetches the same URL.
+	if info, err := r.Run(ctx, RunRequest{Workflow: "op.yaml"}); err != nil || info.Status != "succeeded" {
+		t.Fatalf("the operator's workflow: %+v, %v", info, err)
+	}
+	// The operator opens the address in the policy's data.
+	_, port, _ := net.SplitHostPort(victim.Listener.Addr().String())
+	data := filepath.Join(t.TempDir(), "data.json")
+	os.WriteFile(data, []byte(`{"agentsandbox": {"api_inputs": {"network_allow": ["127.0.0.1/32:`+port+`"]}}}`), 0o644)
+	wide, err := policy.Load(ctx, policy.Options{DataFiles: []string{data}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.(PolicySetter).SetPolicy(wide)
+	if info, err := r.Run(ctx, RunRequest{Inline: inline(victim.URL + "/d")}); err != nil || info.Status != "succeeded" {
+		t.Fatalf("after the policy opened the address: %+v, %v", info, err)
+	}
+
+	none, _ := newManager(t, Options{Inputs: fetcher})
+	_, err = none.(Runner).Run(ctx, RunRequest{Inline: inline("data.txt")})
+	if !errors.As(err, &e) || e.Code != CodeBadRequest || !strings.Contains(e.Message, "template directory") {
+		t.Fatalf("a file input without a template directory: %v; want a 400", err)
+	}
+	bare, _ := newManager(t, Options{TemplateDir: tmpl})
+	_, err = bare.(Runner).Run(ctx, RunRequest{Inline: inline("data.txt")})
+	if !errors.As(err, &e) || e.Code != CodeUnsupport {
+		t.Fatalf("a manager without an input fetcher: %v; want not_supported_yet", err)
 	}
 }

@@ -242,17 +242,10 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (sandb
 	if err != nil {
 		return nil, nil, err
 	}
+	// The manager fetches inputs from --templates: the operator's
+	// workflows as apply would, an API caller's inline ones under the
+	// policy's api_inputs.
 	fetcher := &inputs.Fetcher{Store: store, Limits: inputs.DefaultLimits, AllowOutside: opts.Policy.AllowOutsideInputs}
-	fetch := func(ctx context.Context, in workflow.Input, dir string) (record.Input, string, error) {
-		if opts.Templates == "" {
-			return record.Input{}, "", fmt.Errorf("input %q: this server has no template directory to fetch file inputs from", in.Name)
-		}
-		f, err := fetcher.Fetch(ctx, in, opts.Templates, filepath.Join(dir, "content"))
-		if err != nil {
-			return record.Input{}, "", err
-		}
-		return f.Input, f.Path, nil
-	}
 	backends := map[workflow.Isolation]vmrunner.Backend{workflow.IsolationNamespace: namespace.New(namespace.Options{})}
 	// VM sandboxes where qemu is installed: their session channel is a
 	// virtio-serial port, which only qemu runners have.
@@ -263,8 +256,9 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (sandb
 		Engine: engine.Options{
 			Jobs: 1, Host: host, Store: store, RunRoot: runRoot,
 			Backends: backends,
-			Fetch:    fetch, Policy: pol, ToolVersion: toolVersion(),
+			Policy:   pol, ToolVersion: toolVersion(),
 		},
+		Inputs:      fetcher,
 		TemplateDir: opts.Templates, MaxSandboxes: opts.MaxSandboxes, MaxRuns: opts.MaxRuns, Warm: warm,
 		DefaultTTL: opts.DefaultTTL, DefaultIdle: opts.DefaultIdle,
 		Logf: func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
