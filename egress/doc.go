@@ -21,7 +21,12 @@
 // Names are only ever known from the step's own resolver (the job looked
 // the name up), from TLS SNI or from an HTTP Host header; an address the
 // job dialled directly is judged by CIDR rules alone, whatever name it
-// claims. At dial time every upstream address is checked again: loopback,
-// link-local (cloud metadata included), private, shared and other special
-// ranges are refused unless a CIDR rule inside that range names them.
+// claims. At dial time every upstream address is checked again
+// (Rules.CheckUpstream): internal addresses (loopback, link-local with
+// cloud metadata, private, shared and the other special ranges, the
+// host's own addresses, and IPv6 forms that carry such an IPv4 address:
+// mapped, compatible, 6to4, Teredo, NAT64) are refused unless the
+// operator's policy data opens them (data.agentsandbox.egress_internal).
+// No network.allow entry opens one. Classify is that judgement for any
+// other fetch the host makes on a workflow's behalf.
 package egress

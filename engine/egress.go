@@ -20,6 +20,10 @@ import (
 type Upstream struct {
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	Dial    func(ctx context.Context, network, address string) (net.Conn, error)
+	// HostAddrs are the own addresses of where Dial dials from, refused
+	// upstream unless the policy data opens them; nil: this process's
+	// network namespace's (egress/hostaddr).
+	HostAddrs egress.HostAddrs
 }
 
 // stepEgress returns the gateway of a step with network.allow, or nil.
@@ -43,6 +47,7 @@ func (r *run) stepEgress(step workflow.Step) (*gateway.Gateway, error) {
 		Bandwidth: step.Resources.Bandwidth / 8,
 		Resolve:   r.o.Upstream.Resolve,
 		Dial:      r.o.Upstream.Dial,
+		HostAddrs: r.o.Upstream.HostAddrs,
 		OnConn: func(c egress.Conn) {
 			if !c.Allow {
 				r.emit(Event{Time: time.Now(), Kind: EventWarning, Step: step.Name, Line: "network: denied " + c.Reason})

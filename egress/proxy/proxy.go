@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
+	"github.com/agentsandbox/agentsandbox/egress/hostaddr"
 	"github.com/agentsandbox/agentsandbox/netns"
 )
 
@@ -37,6 +38,10 @@ type Config struct {
 	// address:port literal that Rules.CheckUpstream accepted. nil: a
 	// net.Dialer.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// HostAddrs are the own addresses of the host Dial dials from, which
+	// CheckUpstream refuses unless the operator opens them; nil:
+	// hostaddr.Default, this process's network namespace's.
+	HostAddrs egress.HostAddrs
 	// OriginalDst is where a redirected connection was going; nil:
 	// netns.OriginalDst (SO_ORIGINAL_DST, IP6T_SO_ORIGINAL_DST).
 	OriginalDst func(c net.Conn) (netip.AddrPort, error)
@@ -108,6 +113,9 @@ func New(c Config) *Proxy {
 	if c.Dial == nil {
 		d := &net.Dialer{}
 		c.Dial = d.DialContext
+	}
+	if c.HostAddrs == nil {
+		c.HostAddrs = hostaddr.Default
 	}
 	if c.OriginalDst == nil {
 		c.OriginalDst = netns.OriginalDst
@@ -399,7 +407,7 @@ func (p *Proxy) dial(s *session, name string, addr netip.Addr, port uint16) (net
 		if !a.IsValid() {
 			continue
 		}
-		if err := p.c.Live.Load().CheckUpstream(a); err != nil {
+		if err := p.c.Live.Load().CheckUpstream(netip.AddrPortFrom(a, port), p.c.HostAddrs); err != nil {
 			errs = append(errs, err)
 			continue
 		}
