@@ -27,18 +27,18 @@ type Upstream struct {
 }
 
 // stepEgress returns the gateway of a step with network.allow, or nil.
-// The rules are the step's network.allow and the admitted policy's
-// forbidden list; the bandwidth is resources.bandwidth (bits per second)
+// The rules are the step's network.allow, the admitted policy's
+// forbidden list and the internal destinations it opens; the bandwidth is resources.bandwidth (bits per second)
 // in bytes per second.
 func (r *run) stepEgress(step workflow.Step) (*gateway.Gateway, error) {
 	if !step.Network.HasEgress() {
 		return nil, nil
 	}
-	var deny []string
+	var op egress.Operator
 	if r.decision != nil {
-		deny = r.decision.EgressDeny
+		op = egress.Operator{Deny: r.decision.EgressDeny, Internal: r.decision.EgressInternal}
 	}
-	rules, err := egress.NewRules(step.Network.Allow, deny)
+	rules, err := op.Rules(step.Network.Allow)
 	if err != nil {
 		return nil, fmt.Errorf("step %q: network.allow: %w", step.Name, err)
 	}

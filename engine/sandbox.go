@@ -185,7 +185,7 @@ func (sb *Sandbox) SetEgress(allow []string) error {
 	if sb.gw == nil {
 		return ErrNoEgress
 	}
-	rules, err := egress.NewRules(allow, sb.Decision.EgressDeny)
+	rules, err := egress.Operator{Deny: sb.Decision.EgressDeny, Internal: sb.Decision.EgressInternal}.Rules(allow)
 	if err != nil {
 		return fmt.Errorf("network.allow: %w", err)
 	}
