@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -161,7 +160,6 @@ func TestHostAddressInNetns(t *testing.T) {
 			})
 			return as, err
 		},
-		Watch: func(func()) error { return errors.New("not watched: TTL alone") },
 	}
 	b := make([]byte, 4)
 	rand.Read(b)
