@@ -96,28 +96,6 @@ func ResolvConf() string {
 	return "nameserver " + Gateway.String() + "\noptions timeout:2 attempts:2\n"
 }
 
-// # Internal addresses
-//
-// The egress proxy never dials an internal address for a workflow unless
-// the operator's policy data opens it (data.agentsandbox.egress_internal;
-// Rules.CheckUpstream). An address is internal when it lies in one of the
-// special ranges below (loopback, link-local and cloud metadata, private,
-// shared, benchmarking, multicast, reserved and their IPv6 kin), when it
-// is one of the host's own addresses (HostAddrs), or when it is an IPv6
-// address that carries an IPv4 address that is internal: IPv4-mapped
-// (::ffff:a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d), IPv4-compatible
-// (::a.b.c.d), 6to4 (2002:AABB:CCDD::/48), Teredo (2001:0::/32; both the
-// server's and the client's address, the client's with its bits
-// inverted) and NAT64 (64:ff9b::/96, and the /96 form inside the
-// local-use 64:ff9b:1::/48). Such an address is judged as the IPv4
-// address it carries, since a host with a tunnel, relay or translator on
-// its path delivers it there.
-//
-// Classify is the whole judgement, and what other fetches from the host
-// on a workflow's behalf (inputs, for one) use against server-side
-// request forgery: refuse an address for which it returns anything (or an
-// error). SpecialRange and ClassifyPrefix are its parts.
-
 // The ways an IPv6 address carries an IPv4 address (Internal.Via).
 const (
 	ViaMapped       = "IPv4-mapped"
