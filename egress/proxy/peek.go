@@ -170,6 +170,14 @@ func classify(b []byte, p *peeked) bool {
 		}
 		return true
 	}
+	if bytes.HasPrefix(b, proxyV1) || bytes.HasPrefix(b, proxyV2) {
+		p.kind = kindOther
+		p.bad = "the connection starts with a PROXY protocol header, with which a job could claim another source address and put the request's host out of the proxy's sight; connect without one"
+		return true
+	}
+	if len(b) < len(proxyV2) && bytes.HasPrefix(proxyV2, b) {
+		return false
+	}
 	start, line, more := requestLine(b)
 	switch {
 	case more && len(b) < MaxRequestHead:
@@ -193,6 +201,12 @@ func classify(b []byte, p *peeked) bool {
 	p.host, p.bad = httpHost(b[start:end])
 	return true
 }
+
+// The PROXY protocol's headers (HAProxy's v1 text line and v2 signature).
+var (
+	proxyV1 = []byte("PROXY ")
+	proxyV2 = []byte("\r\n\r\n\x00\r\nQUIT\n")
+)
 
 // requestLine finds an HTTP/1 request line at the start of b, after any
 // empty lines (which servers skip, RFC 9112 2.2): "METHOD SP target SP

@@ -254,6 +254,8 @@ func TestPeekBounds(t *testing.T) {
 		{"not a request line", time.Second, []string{"SET key value\r\n"}, kindOther, "", ""},
 		{"a protocol banner", time.Second, []string{"SSH-2.0-x y\r\n"}, kindOther, "", ""},
 		{"binary", time.Second, []string{"\x00\x00\x00\x08\x04\xd2\x16\x2f"}, kindOther, "", ""},
+		{"a PROXY header", time.Second, []string{"PROXY TCP4 192.0.2.1 203.0.113.10 1234 80\r\nGET / HTTP/1.1\r\nHost: evil.example\r\n\r\n"}, kindOther, "", "PROXY protocol"},
+		{"a PROXY v2 header", time.Second, []string{"\r\n\r\n\x00", "\r\nQUIT\n\x21\x11"}, kindOther, "", "PROXY protocol"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// The head timeout is 500ms; each piece after the first
