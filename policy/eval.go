@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"time"
 
@@ -216,7 +215,7 @@ func (e *Engine) internalDenials(w *workflow.Workflow) []string {
 				continue // "*": the rules deny it, and the runner refuses it
 			}
 			in, ok := egress.InternalEntry(r, e.internalRules)
-			if !ok || e.forbidsPrefix(r.Prefix) {
+			if !ok || e.forbids(r) {
 				continue // forbidden outright: the rules say so
 			}
 			what := fmt.Sprintf("is inside %s, %s", in.Range, in.What)
@@ -229,10 +228,13 @@ func (e *Engine) internalDenials(w *workflow.Workflow) []string {
 	return out
 }
 
-// forbidsPrefix reports whether an egress_deny prefix overlaps p.
-func (e *Engine) forbidsPrefix(p netip.Prefix) bool {
+// forbids reports whether an egress_deny prefix overlaps the CIDR rule
+// a on a port they share, as the default policy's egress_deny rule
+// reads them (which then denies a).
+func (e *Engine) forbids(a egress.Rule) bool {
 	for _, f := range e.egressDeny {
-		if r, err := egress.ParseRule(f); err == nil && r.IsCIDR() && r.Prefix.Overlaps(p) {
+		r, err := egress.ParseRule(f)
+		if err == nil && r.IsCIDR() && r.Prefix.Overlaps(a.Prefix) && (r.Port == 0 || a.Port == 0 || r.Port == a.Port) {
 			return true
 		}
 	}

@@ -845,6 +845,21 @@ func TestEgressInternal(t *testing.T) {
 			t.Errorf("%s: deny = %q\nwant   %q", c.entry, d.Deny, want)
 		}
 	}
+	// A forbidden prefix is denied once, as forbidden; one forbidden on
+	// another port only is still internal.
+	fd := writeFile(t, filepath.Join(t.TempDir(), "deny.yaml"), "agentsandbox:\n  egress_deny: [\"10.0.0.0/8:22\"]\n")
+	forbidding := load(t, Options{DataFiles: []string{fd}})
+	for entry, want := range map[string]string{
+		"10.1.2.3:22":   "which the policy forbids",
+		"10.1.2.3:5432": "egress_internal",
+	} {
+		w := okWorkflow()
+		step(w, "build").Network.Allow = []string{entry}
+		if d := eval(t, forbidding, w, vmHost); len(d.Deny) != 1 || !strings.Contains(d.Deny[0], want) {
+			t.Errorf("%s with 10.0.0.0/8:22 forbidden: deny = %q, want one saying %q", entry, d.Deny, want)
+		}
+	}
+
 	// The same policy without the default rules: the check is not a rule
 	// a policy can leave out.
 	dir := t.TempDir()
