@@ -46,7 +46,8 @@
 //     backends vmrunner/namespace and vmrunner/vm (which also probes KVM).
 //   - netns: network namespaces, veth/tap, tc, the step's nftables.
 //   - egress/dns, egress/proxy, egress/gateway: a step's resolver and
-//     proxy, served by the host inside the step's namespace.
+//     proxy, served by the host inside the step's namespace;
+//     egress/hostaddr: the host's own addresses, which the proxy refuses.
 //   - inputs: fetching and checksumming workflow inputs.
 //   - guest/agent: the job runner of the agent (cmd/agentsandbox-guest),
 //     PID 1 of every sandbox: the VM and the namespace jail.

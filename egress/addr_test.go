@@ -220,3 +220,67 @@ func TestReadLogErrors(t *testing.T) {
 		t.Errorf("empty log: %v, %v", lines, err)
 	}
 }
+
+// FuzzClassifyPrefix: a prefix ClassifyPrefix calls internal holds only
+// internal addresses (so admission refuses no entry that could reach
+// anything else), and SpecialRange agrees with Classify on every address.
+func FuzzClassifyPrefix(f *testing.F) {
+	for _, s := range []string{"2002:7f00::/24", "::ffff:10.0.0.0/104", "64:ff9b::a9fe:a9fe/128", "2001:0:7f00::/40", "127.0.0.0/8", "fd00::/8", "2001:0:4136:e378:8000:63bf:80fe:fefe/128"} {
+		p := netip.MustParsePrefix(s)
+		b := p.Addr().As16()
+		f.Add(b[:], uint8(p.Bits()+96*btoi(p.Addr().Is4())), []byte{0xff, 0, 0x5a, 1})
+	}
+	f.Fuzz(func(t *testing.T, addr []byte, bits uint8, sample []byte) {
+		if len(addr) != 16 || int(bits) > 128 {
+			return
+		}
+		p, err := netip.AddrFrom16([16]byte(addr)).Prefix(int(bits))
+		if err != nil {
+			return
+		}
+		// a: an address inside p, its host bits from sample.
+		var s [16]byte
+		for i := range s {
+			if len(sample) > 0 {
+				s[i] = sample[i%len(sample)]
+			}
+		}
+		pb := p.Addr().As16()
+		for i := 0; i < 128; i++ {
+			if i < p.Bits() {
+				mask := byte(1) << (7 - i%8)
+				s[i/8] = s[i/8]&^mask | pb[i/8]&mask
+			}
+		}
+		a := netip.AddrFrom16(s)
+		if !p.Contains(a) {
+			t.Fatalf("%s not in %s", a, p)
+		}
+		ins, err := Classify(a, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in, ok := ClassifyPrefix(p); ok && len(ins) == 0 {
+			t.Fatalf("ClassifyPrefix(%s) = %s, but %s in it is not internal", p, in, a)
+		}
+		if _, _, ok := SpecialRange(a); ok != (len(ins) > 0) {
+			t.Fatalf("SpecialRange(%s) = %v, Classify %v", a, ok, ins)
+		}
+		if p4 := p; p.Addr().Is4In6() && p.Bits() >= 96 {
+			// The same prefix written as IPv4 is judged the same.
+			q := netip.PrefixFrom(p4.Addr().Unmap(), p.Bits()-96)
+			_, ok1 := ClassifyPrefix(p)
+			_, ok2 := ClassifyPrefix(q)
+			if ok1 != ok2 {
+				t.Fatalf("ClassifyPrefix(%s) = %v, of %s %v", p, ok1, q, ok2)
+			}
+		}
+	})
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -99,15 +99,35 @@ func (r Rule) matchName(name string) bool {
 func (r Rule) matchPort(port uint16) bool { return r.Port == 0 || r.Port == port }
 
 // Rules are one step's egress rules: what it may reach (Allow, from
-// network.allow) and what the policy forbids whatever a step asks
-// (Deny, from data.agentsandbox.egress_deny).
+// network.allow), what the policy forbids whatever a step asks (Deny,
+// from data.agentsandbox.egress_deny), and the internal addresses the
+// operator opens to steps that ask for them (Internal, from
+// data.agentsandbox.egress_internal; see CheckUpstream).
 type Rules struct {
-	Allow []Rule
-	Deny  []Rule
+	Allow    []Rule
+	Deny     []Rule
+	Internal []Rule
 }
 
-// NewRules parses the step's allow entries and the policy's deny entries.
+// Operator is what the operator's policy data says about every step's
+// egress, beyond the step's own network.allow.
+type Operator struct {
+	// Deny is data.agentsandbox.egress_deny: entries no step reaches.
+	Deny []string
+	// Internal is data.agentsandbox.egress_internal: addresses and
+	// prefixes (with or without a port) of internal destinations that a
+	// step whose network.allow asks for them may reach.
+	Internal []string
+}
+
+// NewRules parses the step's allow entries and the policy's deny entries;
+// no internal address is open.
 func NewRules(allow, deny []string) (*Rules, error) {
+	return Operator{Deny: deny}.Rules(allow)
+}
+
+// Rules parses the step's allow entries under the operator's entries.
+func (o Operator) Rules(allow []string) (*Rules, error) {
 	rs := &Rules{}
 	for _, e := range allow {
 		r, err := ParseRule(e)
@@ -116,14 +136,35 @@ func NewRules(allow, deny []string) (*Rules, error) {
 		}
 		rs.Allow = append(rs.Allow, r)
 	}
-	for _, e := range deny {
+	for _, e := range o.Deny {
 		r, err := ParseRule(e)
 		if err != nil {
 			return nil, fmt.Errorf("policy data agentsandbox.egress_deny: %w", err)
 		}
 		rs.Deny = append(rs.Deny, r)
 	}
+	for _, e := range o.Internal {
+		r, err := ParseInternal(e)
+		if err != nil {
+			return nil, err
+		}
+		rs.Internal = append(rs.Internal, r)
+	}
 	return rs, nil
+}
+
+// ParseInternal reads one entry of data.agentsandbox.egress_internal: an
+// address or a prefix, with or without a port, as network.allow writes
+// them. Names are refused: internal destinations are opened by address.
+func ParseInternal(entry string) (Rule, error) {
+	r, err := ParseRule(entry)
+	if err != nil {
+		return Rule{}, fmt.Errorf("policy data agentsandbox.egress_internal: %w", err)
+	}
+	if !r.IsCIDR() {
+		return Rule{}, fmt.Errorf("policy data agentsandbox.egress_internal: %q is a name; list the addresses or prefixes to open, such as \"169.254.169.254:80\" or \"10.20.0.0/16:5432\" (a step reaches a name by its network.allow)", entry)
+	}
+	return r, nil
 }
 
 // NameSource says where the proxy learned the name of a connection.
@@ -178,7 +219,7 @@ func (rs *Rules) Decide(q Request) Decision {
 		if !r.matchPort(q.Port) {
 			continue
 		}
-		if (r.IsCIDR() && addr.IsValid() && r.Prefix.Contains(addr)) || r.matchName(name) || (r.Wildcard && name == r.Host) {
+		if (r.IsCIDR() && addr.IsValid() && containsOrCarried(r.Prefix, addr)) || r.matchName(name) || (r.Wildcard && name == r.Host) {
 			return Decision{Rule: r.Entry, Reason: fmt.Sprintf("%s is forbidden by the policy (data.agentsandbox.egress_deny %q); no network.allow entry can open it", target(q), r.Entry)}
 		}
 	}
@@ -212,6 +253,20 @@ func (rs *Rules) Decide(q Request) Decision {
 		d.Reason = fmt.Sprintf("no network.allow entry matches %s (the name %q came from %s, and a connection to an address the step's resolver did not give is judged by its address alone); to allow it, add %q to the step's network.allow", target(q), name, q.NameSource, d.Hint)
 	}
 	return d
+}
+
+// containsOrCarried reports whether p contains a or an IPv4 address a
+// carries (Embedded).
+func containsOrCarried(p netip.Prefix, a netip.Addr) bool {
+	if p.Contains(a) {
+		return true
+	}
+	for _, c := range Embedded(a) {
+		if p.Contains(c.Addr) {
+			return true
+		}
+	}
+	return false
 }
 
 // hint is the smallest network.allow entry that would allow q.
@@ -286,78 +341,84 @@ func (rs *Rules) ResolveRule(name string) (r Rule, ok bool) {
 
 // CheckUpstream judges an address the proxy is about to dial for an
 // allowed connection (after its own resolution of the name, at dial
-// time). Addresses in a special range are refused unless an allow CIDR
-// rule that lies inside that range contains them; a forbidden range is
-// refused always.
-func (rs *Rules) CheckUpstream(a netip.Addr) error {
-	a = a.Unmap()
-	for _, r := range rs.Deny {
-		if r.IsCIDR() && r.Prefix.Contains(a) {
-			return fmt.Errorf("upstream address %s is forbidden by the policy (data.agentsandbox.egress_deny %q)", a, r.Entry)
+// time), with host the host's own addresses (nil: not judged). It
+// refuses, in this order:
+//
+//   - an address a forbidden entry (egress_deny) contains, or whose
+//     carried IPv4 address (Embedded) one contains;
+//   - an internal address (Classify: special ranges, the host's own
+//     addresses, and IPv6 forms carrying such an IPv4 address), unless an
+//     entry of the operator's egress_internal contains it (each internal
+//     address it is or carries) with the port. No network.allow entry
+//     opens an internal address: a workflow's and an API client's rules
+//     can never reach the host, its loopback, metadata or private
+//     networks on their own;
+//   - any address when the host's addresses cannot be read.
+func (rs *Rules) CheckUpstream(ap netip.AddrPort, host HostAddrs) error {
+	a, port := ap.Addr().Unmap().WithZone(""), ap.Port()
+	for _, c := range append([]Carried{{Addr: a}}, Embedded(a)...) {
+		for _, r := range rs.Deny { // containsOrCarried, saying which
+			if r.IsCIDR() && r.matchPort(port) && r.Prefix.Contains(c.Addr) {
+				if c.Via != "" {
+					return fmt.Errorf("upstream address %s carries %s (%s), which the policy forbids (data.agentsandbox.egress_deny %q)", a, c.Addr, c.Via, r.Entry)
+				}
+				return fmt.Errorf("upstream address %s is forbidden by the policy (data.agentsandbox.egress_deny %q)", a, r.Entry)
+			}
 		}
 	}
-	if nat64.Contains(a) {
-		// A NAT64 gateway on the host's network would carry this to
-		// the IPv4 address in its last 32 bits: judge that one too.
-		b := a.As16()
-		v4 := netip.AddrFrom4([4]byte(b[12:]))
-		if err := rs.CheckUpstream(v4); err != nil {
-			return fmt.Errorf("upstream address %s is NAT64 for %s: %w", a, v4, err)
+	ins, err := Classify(a, host)
+	if err != nil {
+		return fmt.Errorf("upstream address %s: %w; refused, since it might be one of them", a, err)
+	}
+	for _, in := range ins {
+		if rs.opensInternal(in.Addr, port) {
+			continue
+		}
+		what := "is " + in.String()
+		if in.Via != "" {
+			what = fmt.Sprintf("carries %s as %s", in, in.Via)
+		}
+		return fmt.Errorf("upstream address %s %s; internal addresses are refused unless the operator's policy data opens them (data.agentsandbox.egress_internal), and no network.allow entry can", a, what)
+	}
+	return nil
+}
+
+// opensInternal reports whether an egress_internal entry contains a
+// with port.
+func (rs *Rules) opensInternal(a netip.Addr, port uint16) bool {
+	for _, r := range rs.Internal {
+		if r.IsCIDR() && r.matchPort(port) && r.Prefix.Contains(a) {
+			return true
 		}
 	}
-	sp, what, ok := SpecialRange(a)
+	return false
+}
+
+// InternalEntry reports whether the CIDR rule r (a network.allow entry)
+// names only internal addresses (ClassifyPrefix) that the operator's
+// egress_internal entries do not open: such an entry can never be
+// reached, and admission refuses it. It reports false for name rules and
+// for prefixes that merely overlap an internal range.
+func InternalEntry(r Rule, internal []Rule) (Internal, bool) {
+	if !r.IsCIDR() {
+		return Internal{}, false
+	}
+	in, judged, ok := classifyPrefix(r.Prefix)
 	if !ok {
-		return nil
+		return Internal{}, false
 	}
-	for _, r := range rs.Allow {
-		if r.IsCIDR() && r.Prefix.Contains(a) && sp.Bits() <= r.Prefix.Bits() && sp.Contains(r.Prefix.Addr()) {
-			return nil
+	covers := func(o, p netip.Prefix) bool {
+		return o.Addr().BitLen() == p.Addr().BitLen() && o.Bits() <= p.Bits() && o.Contains(p.Addr())
+	}
+	for _, o := range internal {
+		if !o.IsCIDR() || (o.Port != 0 && o.Port != r.Port) {
+			continue
+		}
+		// A prefix that carries IPv4 (6to4, NAT64, ...) is also opened
+		// by an opening of the IPv4 prefix it carries.
+		if covers(o.Prefix, r.Prefix) || covers(o.Prefix, judged) {
+			return Internal{}, false
 		}
 	}
-	return fmt.Errorf("upstream address %s is %s (%s); it is refused unless a network.allow CIDR inside %s names it", a, what, sp, sp)
-}
-
-// nat64 is the well-known NAT64 prefix (RFC 6052).
-var nat64 = netip.MustParsePrefix("64:ff9b::/96")
-
-type special struct {
-	prefix netip.Prefix
-	what   string
-}
-
-var specials = func() []special {
-	var out []special
-	for _, s := range []struct{ p, what string }{
-		{"0.0.0.0/8", "an unspecified or \"this network\" address"},
-		{"10.0.0.0/8", "a private address"},
-		{"100.64.0.0/10", "a shared (carrier-grade NAT) address"},
-		{"127.0.0.0/8", "a loopback address"},
-		{"169.254.0.0/16", "a link-local address (cloud metadata services live here)"},
-		{"172.16.0.0/12", "a private address"},
-		{"192.0.0.0/24", "an IETF protocol assignment"},
-		{"192.168.0.0/16", "a private address"},
-		{"198.18.0.0/15", "a benchmarking address (the step resolvers' private range)"},
-		{"224.0.0.0/4", "a multicast address"},
-		{"240.0.0.0/4", "a reserved address"},
-		{"::/128", "the unspecified address"},
-		{"::1/128", "the loopback address"},
-		{"64:ff9b:1::/48", "a local-use NAT64 address"},
-		{"fc00::/7", "a unique local (private) address"},
-		{"fe80::/10", "a link-local address"},
-		{"ff00::/8", "a multicast address"},
-	} {
-		out = append(out, special{netip.MustParsePrefix(s.p), s.what})
-	}
-	return out
-}()
-
-// SpecialRange reports the special range a lies in, if any, and what it is.
-func SpecialRange(a netip.Addr) (netip.Prefix, string, bool) {
-	a = a.Unmap()
-	for _, s := range specials {
-		if s.prefix.Contains(a) {
-			return s.prefix, s.what, true
-		}
-	}
-	return netip.Prefix{}, "", false
+	return in, true
 }

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
@@ -245,46 +246,96 @@ func TestResolves(t *testing.T) {
 	}
 }
 
+// hostSet is a fake HostAddrs.
+type hostSet []string
+
+func (h hostSet) HostAddr(a netip.Addr) (bool, error) {
+	for _, x := range h {
+		if x == "error" {
+			return false, errors.New("netlink: permission denied")
+		}
+		if netip.MustParseAddr(x) == a {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 func TestCheckUpstream(t *testing.T) {
+	host := hostSet{"192.0.2.2", "2001:db8:1::2", "fe80::1"}
 	for _, tc := range []struct {
-		name  string
-		allow []string
-		deny  []string
-		addr  string
-		err   string // "" for allowed
+		name     string
+		allow    []string
+		deny     []string
+		internal []string
+		addr     string
+		port     uint16
+		err      string // "" for allowed
 	}{
-		{"public", nil, nil, "93.184.216.34", ""},
-		{"public v6", nil, nil, "2606:2800:220:1::1", ""},
-		{"metadata", nil, nil, "169.254.169.254", "link-local"},
-		{"metadata v4-mapped", nil, nil, "::ffff:169.254.169.254", "link-local"},
-		{"metadata with everything allowed", []string{"0.0.0.0/0"}, nil, "169.254.169.254", "refused unless a network.allow CIDR inside 169.254.0.0/16"},
-		{"metadata named exactly", []string{"169.254.169.254:80"}, nil, "169.254.169.254", ""},
-		{"private", nil, nil, "10.1.2.3", "a private address (10.0.0.0/8)"},
-		{"private in 10/8", []string{"10.0.0.0/8"}, nil, "10.1.2.3", ""},
-		{"private in 10.1/16", []string{"10.1.0.0/16"}, nil, "10.1.2.3", ""},
-		{"private outside the rule", []string{"10.2.0.0/16"}, nil, "10.1.2.3", "private"},
-		{"0/0 does not open private", []string{"0.0.0.0/0"}, nil, "10.1.2.3", "private"},
-		{"8/6 holds 10/8 but is wider", []string{"8.0.0.0/6"}, nil, "10.1.2.3", "private"},
-		{"0/0 opens public", []string{"0.0.0.0/0"}, nil, "93.184.216.34", ""},
-		{"loopback", []string{"0.0.0.0/0"}, nil, "127.0.0.1", "loopback"},
-		{"loopback v6", []string{"::/0"}, nil, "::1", "loopback"},
-		{"the resolver's own range", nil, nil, "198.19.0.1", "benchmarking"},
-		{"shared", nil, nil, "100.64.0.1", "shared"},
-		{"unique local v6", nil, nil, "fd00:ec2::254", "unique local"},
-		{"link-local v6", nil, nil, "fe80::1", "link-local"},
-		{"multicast", nil, nil, "224.0.0.1", "multicast"},
-		{"this network", nil, nil, "0.0.0.0", "unspecified"},
-		{"deny wins over special allow", []string{"10.0.0.0/8"}, []string{"10.1.0.0/16"}, "10.1.2.3", "forbidden by the policy"},
-		{"deny public", nil, []string{"93.184.216.0/24"}, "93.184.216.34", "forbidden by the policy"},
-		{"NAT64 of metadata", nil, nil, "64:ff9b::a9fe:a9fe", "NAT64 for 169.254.169.254"},
-		{"NAT64 of private", []string{"::/0"}, nil, "64:ff9b::a01:203", "NAT64 for 10.1.2.3"},
-		{"NAT64 of allowed private", []string{"10.0.0.0/8"}, nil, "64:ff9b::a01:203", ""},
-		{"NAT64 of denied", nil, []string{"93.184.216.0/24"}, "64:ff9b::5db8:d822", "forbidden by the policy"},
-		{"NAT64 of public", nil, nil, "64:ff9b::5db8:d822", ""},
+		{"public", nil, nil, nil, "93.184.216.34", 443, ""},
+		{"public v6", nil, nil, nil, "2606:2800:220:1::1", 443, ""},
+		{"metadata", nil, nil, nil, "169.254.169.254", 80, "link-local"},
+		{"metadata v4-mapped", nil, nil, nil, "::ffff:169.254.169.254", 80, "link-local"},
+		{"metadata with everything allowed", []string{"0.0.0.0/0"}, nil, nil, "169.254.169.254", 80, "unless the operator's policy data opens them (data.agentsandbox.egress_internal)"},
+		// A client's rule never opens an internal address, however exactly it names it.
+		{"metadata named exactly by the client", []string{"169.254.169.254/32:80"}, nil, nil, "169.254.169.254", 80, "link-local"},
+		{"loopback named exactly by the client", []string{"127.0.0.1/32:8080"}, nil, nil, "127.0.0.1", 8080, "loopback"},
+		{"private in 10/8 by the client", []string{"10.0.0.0/8"}, nil, nil, "10.1.2.3", 5432, "a private address (10.0.0.0/8)"},
+		// The operator's data does.
+		{"metadata opened by the operator", nil, nil, []string{"169.254.169.254:80"}, "169.254.169.254", 80, ""},
+		{"metadata opened on another port", nil, nil, []string{"169.254.169.254:80"}, "169.254.169.254", 8080, "link-local"},
+		{"private opened by the operator", nil, nil, []string{"10.1.0.0/16"}, "10.1.2.3", 5432, ""},
+		{"private outside the opening", nil, nil, []string{"10.2.0.0/16"}, "10.1.2.3", 5432, "private"},
+		{"loopback", []string{"0.0.0.0/0"}, nil, nil, "127.0.0.1", 80, "loopback"},
+		{"loopback v6", []string{"::/0"}, nil, nil, "::1", 80, "loopback"},
+		{"the resolver's own range", nil, nil, nil, "198.19.0.1", 80, "benchmarking"},
+		{"shared", nil, nil, nil, "100.64.0.1", 80, "shared"},
+		{"unique local v6", nil, nil, nil, "fd00:ec2::254", 80, "unique local"},
+		{"link-local v6", nil, nil, nil, "fe80::1", 80, "link-local"},
+		{"multicast", nil, nil, nil, "224.0.0.1", 80, "multicast"},
+		{"this network", nil, nil, nil, "0.0.0.0", 80, "unspecified"},
+		// The host's own addresses are in no special range, and refused.
+		{"the host's address", nil, nil, nil, "192.0.2.2", 22, "192.0.2.2, one of this host's own addresses"},
+		{"the host's v6 address", nil, nil, nil, "2001:db8:1::2", 22, "one of this host's own addresses"},
+		{"the host's address mapped", nil, nil, nil, "::ffff:192.0.2.2", 22, "one of this host's own addresses"},
+		{"the host's address as 6to4", nil, nil, nil, "2002:c000:202::1", 22, "carries 192.0.2.2, one of this host's own addresses as 6to4"},
+		{"the host's address as NAT64", nil, nil, nil, "64:ff9b::c000:202", 22, "one of this host's own addresses as NAT64"},
+		{"the host's address opened by the operator", nil, nil, []string{"192.0.2.2:8080"}, "192.0.2.2", 8080, ""},
+		{"a neighbour of the host", nil, nil, nil, "192.0.2.3", 22, ""},
+		{"the host's addresses unreadable", nil, nil, nil, "93.184.216.34", 443, "netlink: permission denied"},
+		// Embedded IPv4 is judged as its IPv4.
+		{"IPv4-compatible loopback", []string{"::/0"}, nil, nil, "::7f00:1", 80, "carries 127.0.0.1, a loopback address (127.0.0.0/8) as IPv4-compatible"},
+		{"IPv4-translated metadata", nil, nil, nil, "::ffff:0:a9fe:a9fe", 80, "as IPv4-translated"},
+		{"6to4 loopback", []string{"::/0"}, nil, nil, "2002:7f00:1::1", 80, "carries 127.0.0.1, a loopback address (127.0.0.0/8) as 6to4"},
+		{"6to4 private", nil, nil, nil, "2002:a01:203::", 80, "carries 10.1.2.3"},
+		{"6to4 public", nil, nil, nil, "2002:5db8:d822::1", 80, ""},
+		{"Teredo with a loopback server", nil, nil, nil, "2001:0:7f00:1::", 80, "as Teredo (server)"},
+		// 3fff:fdd2 is 192.0.2.45 inverted (RFC 4380's example): public.
+		{"Teredo, RFC 4380's example", nil, nil, nil, "2001:0:4136:e378:8000:63bf:3fff:fdd2", 80, ""},
+		// 80ff:fefe is 127.1.1.1 inverted.
+		{"Teredo with a loopback client", nil, nil, nil, "2001:0:4136:e378:8000:63bf:80fe:fefe", 80, "carries 127.1.1.1, a loopback address (127.0.0.0/8) as Teredo (client)"},
+		{"NAT64 of metadata", nil, nil, nil, "64:ff9b::a9fe:a9fe", 80, "carries 169.254.169.254"},
+		{"NAT64 of private", []string{"::/0"}, nil, nil, "64:ff9b::a01:203", 80, "carries 10.1.2.3, a private address (10.0.0.0/8) as NAT64"},
+		{"NAT64 of a private address the operator opened", nil, nil, []string{"10.0.0.0/8"}, "64:ff9b::a01:203", 80, ""},
+		{"NAT64 of denied", nil, []string{"93.184.216.0/24"}, nil, "64:ff9b::5db8:d822", 80, "carries 93.184.216.34 (NAT64), which the policy forbids"},
+		{"6to4 of denied", nil, []string{"93.184.216.0/24"}, nil, "2002:5db8:d822::1", 80, "which the policy forbids"},
+		{"NAT64 of public", nil, nil, nil, "64:ff9b::5db8:d822", 80, ""},
+		{"local-use NAT64", nil, nil, nil, "64:ff9b:1::5db8:d822", 80, "local-use NAT64"},
+		{"local-use NAT64 opened, carrying loopback", nil, nil, []string{"64:ff9b:1::/48"}, "64:ff9b:1::7f00:1", 80, "carries 127.0.0.1"},
+		{"deny wins over an opening", nil, []string{"10.1.0.0/16"}, []string{"10.0.0.0/8"}, "10.1.2.3", 80, "forbidden by the policy"},
+		{"deny public", nil, []string{"93.184.216.0/24"}, nil, "93.184.216.34", 443, "forbidden by the policy"},
+		{"deny on another port", nil, []string{"93.184.216.0/24:25"}, nil, "93.184.216.34", 443, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rs := mustRules(t, tc.allow, tc.deny)
-			err := rs.CheckUpstream(netip.MustParseAddr(tc.addr))
+			rs, err := Operator{Deny: tc.deny, Internal: tc.internal}.Rules(tc.allow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := host
+			if strings.Contains(tc.err, "permission denied") {
+				h = hostSet{"error"}
+			}
+			err = rs.CheckUpstream(netip.AddrPortFrom(netip.MustParseAddr(tc.addr), tc.port), h)
 			switch {
 			case tc.err == "" && err != nil:
 				t.Errorf("CheckUpstream(%s): %v, want allowed", tc.addr, err)
@@ -299,19 +350,140 @@ func TestSpecialRange(t *testing.T) {
 	for _, tc := range []struct {
 		addr   string
 		prefix string // "" for none
+		what   string
 	}{
-		{"169.254.169.254", "169.254.0.0/16"},
-		{"172.31.255.255", "172.16.0.0/12"},
-		{"172.32.0.0", ""},
-		{"192.168.1.1", "192.168.0.0/16"},
-		{"255.255.255.255", "240.0.0.0/4"},
-		{"::ffff:127.0.0.1", "127.0.0.0/8"},
-		{"8.8.8.8", ""},
-		{"2001:4860:4860::8888", ""},
+		{"169.254.169.254", "169.254.0.0/16", "link-local"},
+		{"172.31.255.255", "172.16.0.0/12", "private"},
+		{"172.32.0.0", "", ""},
+		{"192.168.1.1", "192.168.0.0/16", "private"},
+		{"255.255.255.255", "240.0.0.0/4", "reserved"},
+		{"::ffff:127.0.0.1", "127.0.0.0/8", "loopback"},
+		{"::7f00:1", "127.0.0.0/8", "loopback address, carried as IPv4-compatible by ::7f00:1"},
+		{"2002:a9fe:a9fe::1", "169.254.0.0/16", "carried as 6to4"},
+		{"fec0::1", "fec0::/10", "site-local"},
+		{"::", "::/128", "unspecified"},
+		{"::1", "::1/128", "loopback"},
+		{"8.8.8.8", "", ""},
+		{"2001:4860:4860::8888", "", ""},
+		{"2002:808:808::1", "", ""},
 	} {
 		p, what, ok := SpecialRange(netip.MustParseAddr(tc.addr))
-		if ok != (tc.prefix != "") || (ok && (p.String() != tc.prefix || what == "")) {
-			t.Errorf("SpecialRange(%s) = %s, %q, %v; want %q", tc.addr, p, what, ok, tc.prefix)
+		if ok != (tc.prefix != "") || (ok && (p.String() != tc.prefix || !strings.Contains(what, tc.what))) {
+			t.Errorf("SpecialRange(%s) = %s, %q, %v; want %q %q", tc.addr, p, what, ok, tc.prefix, tc.what)
+		}
+	}
+}
+
+func TestEmbedded(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		want string // "addr via; ..."
+	}{
+		{"192.0.2.1", ""},
+		{"2001:db8::1", ""},
+		{"::", ""},
+		{"::1", ""},
+		{"::ffff:192.0.2.1", "192.0.2.1 IPv4-mapped"},
+		{"::ffff:0:c000:201", "192.0.2.1 IPv4-translated"},
+		{"::c000:201", "192.0.2.1 IPv4-compatible"},
+		{"2002:c000:201:5::9", "192.0.2.1 6to4"},
+		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", "65.54.227.120 Teredo (server); 192.0.2.45 Teredo (client)"},
+		{"64:ff9b::c000:201", "192.0.2.1 NAT64"},
+		{"64:ff9b:1:2::c000:201", "192.0.2.1 local-use NAT64"},
+		{"fe80::c000:201%eth0", ""},
+	} {
+		var got []string
+		for _, c := range Embedded(netip.MustParseAddr(tc.addr)) {
+			got = append(got, c.Addr.String()+" "+c.Via)
+		}
+		if strings.Join(got, "; ") != tc.want {
+			t.Errorf("Embedded(%s) = %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+}
+
+func TestClassifyPrefix(t *testing.T) {
+	for _, tc := range []struct {
+		prefix string
+		want   string // "" for not internal; else a part of the String
+	}{
+		{"127.0.0.1/32", "a loopback address (127.0.0.0/8)"},
+		{"127.0.0.0/8", "loopback"},
+		{"126.0.0.0/7", ""}, // overlaps loopback, holds public addresses
+		{"0.0.0.0/0", ""},
+		{"169.254.169.254/32", "link-local"},
+		{"10.20.0.0/16", "private"},
+		{"203.0.113.0/24", ""},
+		{"::1/128", "loopback"},
+		{"fd00::/8", "unique local"},
+		{"::ffff:10.0.0.0/104", "10.0.0.0, a private address"},
+		{"::7f00:0/104", "127.0.0.0, a loopback address"},
+		{"2002:7f00::/24", "127.0.0.0, a loopback address"},
+		{"2002::/16", ""},
+		{"2002:a9fe:a9fe::/48", "169.254.169.254"},
+		{"64:ff9b::a9fe:a9fe/128", "169.254.169.254"},
+		{"64:ff9b::/96", ""},
+		{"2001:0:7f00::/40", "loopback"},
+		{"2001::/32", ""},
+		{"2001:0:4136:e378:8000:63bf:80fe:fefe/128", "127.1.1.1"},
+		{"2001:db8::/32", ""},
+	} {
+		in, ok := ClassifyPrefix(netip.MustParsePrefix(tc.prefix))
+		if ok != (tc.want != "") || (ok && !strings.Contains(in.String(), tc.want)) {
+			t.Errorf("ClassifyPrefix(%s) = %q, %v; want %q", tc.prefix, in, ok, tc.want)
+		}
+	}
+}
+
+// A network.allow entry that names only internal addresses is one
+// admission refuses unless the operator's egress_internal opens it.
+func TestInternalEntry(t *testing.T) {
+	for _, tc := range []struct {
+		entry    string
+		internal []string
+		want     bool
+	}{
+		{"127.0.0.1/32:8080", nil, true},
+		{"169.254.169.254:80", nil, true},
+		{"10.0.0.0/8:5432", nil, true},
+		{"[fd00::1]:443", nil, true},
+		{"[2002:7f00:1::1]:80", nil, true},
+		{"[64:ff9b::a9fe:a9fe]:80", nil, true},
+		{"api.example.com:443", nil, false},
+		{"0.0.0.0/1:443", nil, false},
+		{"203.0.113.5:22", nil, false},
+		{"169.254.169.254:80", []string{"169.254.169.254:80"}, false},
+		{"169.254.169.254:80", []string{"169.254.0.0/16"}, false},
+		{"169.254.169.254:8080", []string{"169.254.169.254:80"}, true},
+		{"169.254.169.254", []string{"169.254.169.254:80"}, true}, // all ports asked, one opened
+		{"10.1.0.0/16:5432", []string{"10.0.0.0/8"}, false},
+		{"10.0.0.0/8:5432", []string{"10.1.0.0/16"}, true},
+		{"[64:ff9b::a01:203]:5432", []string{"10.0.0.0/8"}, false},
+	} {
+		r, err := ParseRule(tc.entry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := Operator{Internal: tc.internal}.Rules(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, got := InternalEntry(r, rs.Internal)
+		if got != tc.want {
+			t.Errorf("InternalEntry(%s, %q) = %v (%s), want %v", tc.entry, tc.internal, got, in, tc.want)
+		}
+	}
+}
+
+func TestParseInternal(t *testing.T) {
+	for _, e := range []string{"169.254.169.254:80", "10.0.0.0/8", "[fd00::/8]:443", "192.0.2.2"} {
+		if _, err := ParseInternal(e); err != nil {
+			t.Errorf("ParseInternal(%q): %v", e, err)
+		}
+	}
+	for _, e := range []string{"metadata.google.internal", "*.internal:80", "*", "10.0.0.0/8:0"} {
+		if _, err := ParseInternal(e); err == nil || !strings.Contains(err.Error(), "egress_internal") {
+			t.Errorf("ParseInternal(%q) = %v, want an error naming egress_internal", e, err)
 		}
 	}
 }

@@ -20,21 +20,25 @@ import (
 type Upstream struct {
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	Dial    func(ctx context.Context, network, address string) (net.Conn, error)
+	// HostAddrs are the own addresses of where Dial dials from, refused
+	// upstream unless the policy data opens them; nil: this process's
+	// network namespace's (egress/hostaddr).
+	HostAddrs egress.HostAddrs
 }
 
 // stepEgress returns the gateway of a step with network.allow, or nil.
-// The rules are the step's network.allow and the admitted policy's
-// forbidden list; the bandwidth is resources.bandwidth (bits per second)
+// The rules are the step's network.allow, the admitted policy's
+// forbidden list and the internal destinations it opens; the bandwidth is resources.bandwidth (bits per second)
 // in bytes per second.
 func (r *run) stepEgress(step workflow.Step) (*gateway.Gateway, error) {
 	if !step.Network.HasEgress() {
 		return nil, nil
 	}
-	var deny []string
+	var op egress.Operator
 	if r.decision != nil {
-		deny = r.decision.EgressDeny
+		op = egress.Operator{Deny: r.decision.EgressDeny, Internal: r.decision.EgressInternal}
 	}
-	rules, err := egress.NewRules(step.Network.Allow, deny)
+	rules, err := op.Rules(step.Network.Allow)
 	if err != nil {
 		return nil, fmt.Errorf("step %q: network.allow: %w", step.Name, err)
 	}
@@ -43,6 +47,7 @@ func (r *run) stepEgress(step workflow.Step) (*gateway.Gateway, error) {
 		Bandwidth: step.Resources.Bandwidth / 8,
 		Resolve:   r.o.Upstream.Resolve,
 		Dial:      r.o.Upstream.Dial,
+		HostAddrs: r.o.Upstream.HostAddrs,
 		OnConn: func(c egress.Conn) {
 			if !c.Allow {
 				r.emit(Event{Time: time.Now(), Kind: EventWarning, Step: step.Name, Line: "network: denied " + c.Reason})

@@ -215,7 +215,7 @@ func TestRunInfrastructureErrorIsRecorded(t *testing.T) {
 // backend starts its gateway on the guest's tap), and rules the proxy
 // cannot enforce are.
 func TestRunGivesEgressToTheStep(t *testing.T) {
-	text := strings.Replace(pipelineYAML, "    resources: {timeout: 30s}\n", "    network: {allow: [\"10.1.2.3:443\"]}\n    resources: {timeout: 30s, bandwidth: 8Mbit}\n", 1)
+	text := strings.Replace(pipelineYAML, "    resources: {timeout: 30s}\n", "    network: {allow: [\"198.51.100.3:443\"]}\n    resources: {timeout: 30s, bandwidth: 8Mbit}\n", 1)
 	f := newFixture(t, text)
 	b := fakebackend.New()
 	o := f.options(t, b, nil)
@@ -240,7 +240,7 @@ func TestRunGivesEgressToTheStep(t *testing.T) {
 		}
 	}
 	n := count.Network
-	if n == nil || fmt.Sprint(n.Allow) != "[10.1.2.3:443]" || fmt.Sprint(n.Deny) != "[169.254.0.0/16]" || n.Bandwidth != 1_000_000 {
+	if n == nil || fmt.Sprint(n.Allow) != "[198.51.100.3:443]" || fmt.Sprint(n.Deny) != "[169.254.0.0/16]" || n.Bandwidth != 1_000_000 {
 		t.Fatalf("step record's network = %+v", n)
 	}
 	if !f.store.HasBlob(n.Log) {

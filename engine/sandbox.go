@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,7 +36,10 @@ type Sandbox struct {
 	Workspace string
 	Session   vmrunner.Session
 
-	run     *run
+	run *run
+	// plan is the admitted workflow, its step's network.allow kept as it
+	// is now (ChangeEgress): what a change of egress is admitted against.
+	plan    *workflow.Workflow
 	rec     *record.Record
 	sr      *record.Step
 	gw      *gateway.Gateway
@@ -83,7 +88,7 @@ func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options
 		Version: record.Version, ToolVersion: o.ToolVersion, Host: o.Host.Record(),
 		Started: started, Policy: policyRecord(decision),
 	}
-	sb := &Sandbox{ID: id, Step: step, Decision: decision, run: r, rec: rec, started: started}
+	sb := &Sandbox{ID: id, Step: step, Decision: decision, run: r, plan: plan, rec: rec, started: started}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, sb.release())
@@ -177,20 +182,96 @@ func (sb *Sandbox) Gateway() *gateway.Gateway { return sb.gw }
 // has no network room (firewall, resolver, proxy) whose rules could change.
 var ErrNoEgress = errors.New("the sandbox was opened without network.allow, so it has no egress to change; open it with network.allow naming at least one entry (it can be revoked later)")
 
-// SetEgress replaces the sandbox's network.allow while it runs: the next
-// connection and DNS query are judged by allow, together with the
-// policy's egress_deny admitted at open, which no entry can open.
-// Connections already open go on.
-func (sb *Sandbox) SetEgress(allow []string) error {
-	if sb.gw == nil {
-		return ErrNoEgress
+// EgressDeniedError is a change of a sandbox's network.allow that the
+// policy denies.
+type EgressDeniedError struct {
+	// Decision is the policy's admission of the sandbox's workflow with
+	// the network.allow asked for.
+	Decision *policy.Decision
+	// Allow is the network.allow asked for.
+	Allow []string
+	// Deny are the denials the change adds: Decision.Deny without those
+	// the workflow as it is now also gets (a policy replaced since the
+	// sandbox opened may deny what it already has; that is not the
+	// change's doing). The messages are the admission's, word for word.
+	Deny []string
+}
+
+func (e *EgressDeniedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "policy denied network.allow [%s] (decision %s):", strings.Join(e.Allow, ", "), e.Decision.ID)
+	for _, m := range e.Deny {
+		b.WriteString("\n  deny: ")
+		b.WriteString(m)
 	}
-	rules, err := egress.NewRules(allow, sb.Decision.EgressDeny)
+	return b.String()
+}
+
+// ChangeEgress replaces the sandbox's network.allow while it runs. The
+// new list is admitted first, by the same evaluation that admitted the
+// sandbox: pol (the policy in force now; nil: the one the sandbox was
+// opened under) judges the sandbox's workflow with allow as its step's
+// network.allow, on the host's facts, so every rule over a step's
+// network (open_egress, require_egress_port, the bandwidth ceiling,
+// egress_deny, the internal destinations only egress_internal opens, and
+// any team rule) holds at every change as at admission, with the same
+// messages. A denial is an *EgressDeniedError and changes nothing. Once
+// admitted, the next connection and DNS query are judged by allow,
+// together with the decision's egress_deny and egress_internal.
+// Connections already open go on. The decision is returned either way
+// (nil when the policy failed to evaluate), for the caller's decision
+// log. The caller serializes changes to one sandbox.
+func (sb *Sandbox) ChangeEgress(ctx context.Context, pol Policy, allow []string) (*policy.Decision, error) {
+	if sb.gw == nil {
+		return nil, ErrNoEgress
+	}
+	if pol == nil {
+		pol = sb.run.o.Policy
+	}
+	if pol == nil {
+		return nil, ErrNoPolicy
+	}
+	next := withAllow(sb.plan, allow)
+	host := sb.run.o.Host.Policy()
+	d, err := pol.Eval(ctx, next, host)
 	if err != nil {
-		return fmt.Errorf("network.allow: %w", err)
+		return nil, fmt.Errorf("admit network.allow [%s]: %w", strings.Join(allow, ", "), err)
+	}
+	if d == nil {
+		return nil, errors.New("admission policy gave no decision")
+	}
+	if !d.Allowed() {
+		now, err := pol.Eval(ctx, sb.plan, host)
+		if err != nil {
+			return d, fmt.Errorf("admit the sandbox's network.allow as it is: %w", err)
+		}
+		var added []string
+		for _, m := range d.Deny {
+			if now == nil || !slices.Contains(now.Deny, m) {
+				added = append(added, m)
+			}
+		}
+		if len(added) > 0 {
+			return d, &EgressDeniedError{Decision: d, Allow: slices.Clone(allow), Deny: added}
+		}
+	}
+	// Entries the proxy cannot enforce ("*", which the default policy
+	// denies) are refused here, as refuse does at open.
+	rules, err := egress.Operator{Deny: d.EgressDeny, Internal: d.EgressInternal}.Rules(allow)
+	if err != nil {
+		return d, fmt.Errorf("network.allow: %w", err)
 	}
 	sb.gw.SetRules(rules)
-	return nil
+	sb.plan = next
+	return d, nil
+}
+
+// withAllow is w with its one step's network.allow replaced by allow.
+func withAllow(w *workflow.Workflow, allow []string) *workflow.Workflow {
+	c := *w
+	c.Steps = slices.Clone(w.Steps)
+	c.Steps[0].Network.Allow = slices.Clone(allow)
+	return &c
 }
 
 // ScratchDir makes a fresh directory of the host's for the sandbox's

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
+	"github.com/agentsandbox/agentsandbox/egress/hostaddr"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -48,13 +49,17 @@ type Confinement struct {
 	// scp-like sources too). http and https are fetched confined; any
 	// other scheme named here is fetched as the operator's own.
 	GitSchemes []string
-	// Network judges every address dialled: Rules.CheckUpstream, so
-	// loopback, private, link-local and other special addresses are
-	// refused unless an Allow CIDR rule inside their range names them
-	// (an Allow rule with a port opens only that port); a Deny rule
-	// (egress_deny) forbids its addresses, and its names, always. nil is
-	// no rules: public addresses only.
+	// Network judges every address dialled: Rules.CheckUpstream with the
+	// host's own addresses, so loopback, private, link-local and other
+	// internal addresses (the host's own, and IPv6 forms carrying an
+	// internal IPv4) are refused unless an Internal rule (from
+	// api_inputs.network_allow) contains them, with its port when it has
+	// one; a Deny rule (egress_deny) forbids its addresses, and its names,
+	// always. nil is no rules: public addresses only.
 	Network *egress.Rules
+	// HostAddrs are the host's own addresses; nil is the host's
+	// (egress/hostaddr.Default).
+	HostAddrs egress.HostAddrs
 	// Owns reports whether the caller owns stored content d (a file's
 	// sha256, a tree's NAR hash), which may then be served from the store
 	// by its pin without the source being read. nil owns nothing.
@@ -65,9 +70,19 @@ type Confinement struct {
 // schemes, whether every stored blob may be served (fromStore), the
 // network entries that open special addresses, and the forbidden ones.
 func NewConfinement(gitSchemes []string, fromStore bool, allow, deny []string) (*Confinement, error) {
-	rules, err := egress.NewRules(allow, deny)
+	rules, err := egress.NewRules(nil, deny)
 	if err != nil {
 		return nil, err
+	}
+	for _, e := range allow {
+		r, err := egress.ParseRule(e)
+		if err != nil {
+			return nil, fmt.Errorf("policy data agentsandbox.api_inputs.network_allow: %w", err)
+		}
+		if !r.IsCIDR() {
+			return nil, fmt.Errorf("policy data agentsandbox.api_inputs.network_allow: %q is a name; list addresses or prefixes", e)
+		}
+		rules.Internal = append(rules.Internal, r)
 	}
 	c := &Confinement{GitSchemes: slices.Clone(gitSchemes), Network: rules}
 	if fromStore {
@@ -160,6 +175,14 @@ func (c *Confinement) checkHost(host, port string) error {
 	return nil
 }
 
+// hostAddrs are the host's own addresses, refused like loopback.
+func (c *Confinement) hostAddrs() egress.HostAddrs {
+	if c.HostAddrs != nil {
+		return c.HostAddrs
+	}
+	return hostaddr.Default
+}
+
 func (c *Confinement) rules() *egress.Rules {
 	if c.Network == nil {
 		return &egress.Rules{}
@@ -168,7 +191,7 @@ func (c *Confinement) rules() *egress.Rules {
 }
 
 // checkAddr judges one address about to be dialled at port: the egress
-// package's CheckUpstream over the allow rules that take this port.
+// package's CheckUpstream under the input policy's rules.
 func (c *Confinement) checkAddr(a netip.Addr, port uint16) error {
 	if why := c.addrRefusal(a, port); why != "" {
 		return refused("%s", why)
@@ -176,29 +199,33 @@ func (c *Confinement) checkAddr(a netip.Addr, port uint16) error {
 	return nil
 }
 
-// addrRefusal says why a at port is refused, "" when it is not.
+// addrRefusal says why a at port is refused, "" when it is not: the
+// egress package judges it; an internal address is named with the
+// api_inputs.network_allow entry that would open it.
 func (c *Confinement) addrRefusal(a netip.Addr, port uint16) string {
 	rs := c.rules()
-	scoped := &egress.Rules{Deny: rs.Deny}
-	for _, r := range rs.Allow {
-		if r.Port == 0 || r.Port == port {
-			scoped.Allow = append(scoped.Allow, r)
-		}
-	}
-	err := scoped.CheckUpstream(a)
+	err := rs.CheckUpstream(netip.AddrPortFrom(a, port), c.hostAddrs())
 	if err == nil {
 		return ""
 	}
-	for _, r := range rs.Deny {
-		if r.IsCIDR() && r.Prefix.Contains(a.Unmap()) {
-			return err.Error() // forbidden for everyone: nothing to allow
-		}
+	a = a.Unmap().WithZone("")
+	ins, cerr := egress.Classify(a, c.hostAddrs())
+	if cerr != nil || len(ins) == 0 {
+		return err.Error() // forbidden for everyone (egress_deny), or unknowable
 	}
-	entry := netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()).String() + ":" + strconv.Itoa(int(port))
-	if a.Unmap().Is6() {
+	entry := netip.PrefixFrom(a, a.BitLen()).String() + ":" + strconv.Itoa(int(port))
+	if a.Is6() {
 		entry = "[" + netip.PrefixFrom(a, a.BitLen()).String() + "]:" + strconv.Itoa(int(port))
 	}
-	return fmt.Sprintf("%v (port %d); for an API caller's inputs that list is data.agentsandbox.api_inputs.network_allow (%q would allow this one)", err, port, entry)
+	in := ins[0]
+	what := a.String() + " is " + in.What
+	if in.Via != "" {
+		what = fmt.Sprintf("%s carries %s (%s)", a, in, in.Via)
+	} else if !in.Host {
+		what += " (" + in.Range.String() + ")"
+	}
+	return fmt.Sprintf("%s, and an API caller's inputs come only from public addresses unless the operator opens internal ones "+
+		"in data.agentsandbox.api_inputs.network_allow (%q would open this one)", what, entry)
 }
 
 // guard is one confined fetch's dialler: it judges every address before

@@ -252,7 +252,7 @@ func (c *CachedEngine) Eval(ctx context.Context, w *workflow.Workflow, host Host
 	if err != nil {
 		return nil, err
 	}
-	d, err := e.evalInput(ctx, in, start)
+	d, err := e.evalInput(ctx, w, in, start)
 	if err != nil {
 		return nil, err
 	}

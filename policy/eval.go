@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/egress"
 	"github.com/agentsandbox/agentsandbox/workflow"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/topdown"
@@ -77,6 +78,12 @@ type Decision struct {
 	// entries no step may reach, enforced by every step's egress proxy
 	// and resolver besides the admission rules. BundleDigest pins it.
 	EgressDeny []string `json:"egressDeny,omitempty"`
+	// EgressInternal is the policy data agentsandbox.egress_internal:
+	// the internal destinations (loopback, link-local, private ranges,
+	// the host's own addresses) a step whose network.allow asks for them
+	// may reach; no network.allow entry opens one on its own. The egress
+	// proxy enforces it at every dial. BundleDigest pins it.
+	EgressInternal []string `json:"egressInternal,omitempty"`
 
 	// input is the input document the decision was made on; see Input.
 	input []byte
@@ -144,12 +151,12 @@ func (e *Engine) Eval(ctx context.Context, w *workflow.Workflow, host Host) (*De
 	if err != nil {
 		return nil, err
 	}
-	return e.evalInput(ctx, in, start)
+	return e.evalInput(ctx, w, in, start)
 }
 
-// evalInput evaluates the input document in (InputDocument's bytes); the
-// decision's EvalTime counts from start.
-func (e *Engine) evalInput(ctx context.Context, in []byte, start time.Time) (*Decision, error) {
+// evalInput evaluates the input document in (InputDocument's bytes for
+// w); the decision's EvalTime counts from start.
+func (e *Engine) evalInput(ctx context.Context, w *workflow.Workflow, in []byte, start time.Time) (*Decision, error) {
 	value, err := jsonToValue(in)
 	if err != nil {
 		return nil, fmt.Errorf("policy input: %w", err)
@@ -174,15 +181,64 @@ func (e *Engine) evalInput(ctx context.Context, in []byte, start time.Time) (*De
 		}
 	}
 	d.EgressDeny = slices.Clone(e.egressDeny)
+	d.EgressInternal = slices.Clone(e.egressInternal)
 	d.ID = decisionID(d.BundleDigest, d.InputDigest)
 	if d.Deny, err = messages(rs[0].Bindings, e.denyVars); err != nil {
 		return nil, err
+	}
+	if internal := e.internalDenials(w); len(internal) > 0 {
+		d.Deny = append(d.Deny, internal...)
+		slices.Sort(d.Deny)
+		d.Deny = slices.Compact(d.Deny)
 	}
 	if d.Warn, err = messages(rs[0].Bindings, e.warnVars); err != nil {
 		return nil, err
 	}
 	d.EvalTime = time.Since(start)
 	return d, nil
+}
+
+// internalDenials are the messages for network.allow entries that name
+// only internal destinations (egress.InternalEntry: loopback, link-local
+// and metadata, private and other special ranges, and IPv6 forms
+// carrying them) that data.agentsandbox.egress_internal does not open.
+// They are denied whatever the policy's rules say, since the proxy would
+// refuse every connection they allow: only the operator's data opens
+// internal destinations, never a workflow or an API client. The host's
+// own addresses are not known here; the proxy refuses them at dial time.
+func (e *Engine) internalDenials(w *workflow.Workflow) []string {
+	var out []string
+	for _, s := range w.Steps {
+		for _, entry := range s.Network.Allow {
+			r, err := egress.ParseRule(entry)
+			if err != nil {
+				continue // "*": the rules deny it, and the runner refuses it
+			}
+			in, ok := egress.InternalEntry(r, e.internalRules)
+			if !ok || e.forbids(r) {
+				continue // forbidden outright: the rules say so
+			}
+			what := fmt.Sprintf("is inside %s, %s", in.Range, in.What)
+			if in.Via != "" {
+				what = fmt.Sprintf("carries (as %s) addresses inside %s, %s", in.Via, in.Range, in.What)
+			}
+			out = append(out, fmt.Sprintf("step %q: network.allow %q %s; internal destinations are opened only by the operator's policy data (data.agentsandbox.egress_internal), never by a workflow or an API client: remove the entry, or ask the operator to open it", s.Name, entry, what))
+		}
+	}
+	return out
+}
+
+// forbids reports whether an egress_deny prefix overlaps the CIDR rule
+// a on a port they share, as the default policy's egress_deny rule
+// reads them (which then denies a).
+func (e *Engine) forbids(a egress.Rule) bool {
+	for _, f := range e.egressDeny {
+		r, err := egress.ParseRule(f)
+		if err == nil && r.IsCIDR() && r.Prefix.Overlaps(a.Prefix) && (r.Port == 0 || a.Port == 0 || r.Port == a.Port) {
+			return true
+		}
+	}
+	return false
 }
 
 // evalError makes evaluation errors that point into a policy file a

@@ -79,6 +79,10 @@ type Engine struct {
 	egressDeny []string
 	// apiInputs is data.agentsandbox.api_inputs (see APIInputs).
 	apiInputs APIInputs
+	// egressInternal is data.agentsandbox.egress_internal (see
+	// EgressInternal), and internalRules the same parsed.
+	egressInternal []string
+	internalRules  []egress.Rule
 	// actionQuery judges actions in sandboxes (action.go); nil when the
 	// bundle has no deny_action rules.
 	actionQuery *rego.PreparedEvalQuery
@@ -214,7 +218,12 @@ func compile(ctx context.Context, opts Options, b *bundle) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{bundle: b.digest(), policies: make([]string, 0, len(b.sources)), seccompAllow: allow, egressDeny: deny, apiInputs: api}
+	internal, internalRules, err := egressInternalData(b.data)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{bundle: b.digest(), policies: make([]string, 0, len(b.sources)), seccompAllow: allow, egressDeny: deny, apiInputs: api,
+		egressInternal: internal, internalRules: internalRules}
 	for _, s := range b.sources {
 		e.policies = append(e.policies, s.name)
 	}
@@ -273,6 +282,45 @@ func egressDenyData(data map[string]any) ([]string, error) {
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
+}
+
+// egressInternalData reads data.agentsandbox.egress_internal: the
+// internal destinations (addresses and prefixes, with or without a port)
+// that a step whose network.allow asks for them may reach. Loopback,
+// link-local (cloud metadata), private ranges and the host's own
+// addresses are opened by this list alone: no network.allow entry opens
+// them. Each entry must parse as an address or prefix rule.
+func egressInternalData(data map[string]any) ([]string, []egress.Rule, error) {
+	const key = "data.agentsandbox.egress_internal"
+	as, _ := data["agentsandbox"].(map[string]any)
+	v, ok := as["egress_internal"]
+	if !ok || v == nil {
+		return nil, nil, nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, nil, &SourceError{Problems: []string{fmt.Sprintf("policy data %s is %T, want a list of addresses or prefixes such as [\"169.254.169.254:80\", \"10.20.0.0/16:5432\"]", key, v)}}
+	}
+	var out []string
+	for _, x := range list {
+		e, ok := x.(string)
+		if !ok {
+			return nil, nil, &SourceError{Problems: []string{fmt.Sprintf("policy data %s holds %v, want addresses or prefixes (strings)", key, x)}}
+		}
+		r, err := egress.ParseInternal(e)
+		if err != nil {
+			return nil, nil, &SourceError{Problems: []string{err.Error()}}
+		}
+		out = append(out, r.Entry)
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	rules := make([]egress.Rule, 0, len(out))
+	for _, e := range out {
+		r, _ := egress.ParseInternal(e)
+		rules = append(rules, r)
+	}
+	return out, rules, nil
 }
 
 // seccompAllowData reads data.agentsandbox.seccomp.allow: an object from a

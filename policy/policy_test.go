@@ -123,8 +123,10 @@ func TestDefaultRules(t *testing.T) {
 		{name: "egress star", edit: func(w *workflow.Workflow) { step(w, "build").Network.Allow = []string{"*"} },
 			deny: []string{`step "build": network.allow "*" opens all egress; list the hosts or prefixes the step needs`}},
 		{name: "egress narrow prefix", allows: true, edit: func(w *workflow.Workflow) {
-			step(w, "build").Network.Allow = []string{"10.1.0.0/16:443", "[2001:db8::/32]:443", "*.example.com:443"}
+			step(w, "build").Network.Allow = []string{"203.0.113.0/24:443", "[2001:db8::/32]:443", "*.example.com:443"}
 		}},
+		{name: "egress private prefix", edit: func(w *workflow.Workflow) { step(w, "build").Network.Allow = []string{"10.1.0.0/16:443"} },
+			deny: []string{`step "build": network.allow "10.1.0.0/16:443" is inside 10.0.0.0/8, a private address; internal destinations are opened only by the operator's policy data (data.agentsandbox.egress_internal), never by a workflow or an API client: remove the entry, or ask the operator to open it`}},
 		{name: "egress without port", edit: func(w *workflow.Workflow) { step(w, "build").Network.Allow = []string{"example.com"} },
 			deny: []string{`step "build": network.allow "example.com" has no port; allow one port per entry, such as "example.com:443"`}},
 		{name: "egress ipv6 without port", edit: func(w *workflow.Workflow) { step(w, "build").Network.Allow = []string{"2001:db8::1"} },
@@ -276,7 +278,7 @@ func TestBandwidthCeilingDeniesUnlimitedEgress(t *testing.T) {
 	data := writeFile(t, filepath.Join(dir, "team.yaml"), "agentsandbox:\n  ceilings:\n    bandwidth: 100Mbit\n")
 	e := load(t, Options{DataFiles: []string{data}})
 	w := okWorkflow()
-	w.Steps[0].Network.Allow = []string{"10.1.0.0/16:443"}
+	w.Steps[0].Network.Allow = []string{"203.0.113.0/24:443"}
 	w.Steps[0].Resources.Bandwidth = 0
 	w.Steps[1].Network.Allow = nil
 	w.Steps[1].Resources.Bandwidth = 0
@@ -794,6 +796,113 @@ func TestEgressPolicyData(t *testing.T) {
 	bad := writeFile(t, filepath.Join(dir, "bad.json"), `{"agentsandbox": {"egress_deny": ["*"]}}`)
 	if _, err := Load(context.Background(), Options{DataFiles: []string{bad}}); err == nil || !strings.Contains(err.Error(), "egress_deny") {
 		t.Errorf("Load with egress_deny [\"*\"]: err = %v, want one naming egress_deny", err)
+	}
+}
+
+// TestEgressInternal: a network.allow entry naming only internal
+// destinations (loopback, metadata, private ranges, IPv6 forms carrying
+// them) is denied whatever the rego rules say, and only the operator's
+// data.agentsandbox.egress_internal opens one.
+func TestEgressInternal(t *testing.T) {
+	step := func(w *workflow.Workflow, name string) *workflow.Step {
+		for i := range w.Steps {
+			if w.Steps[i].Name == name {
+				return &w.Steps[i]
+			}
+		}
+		panic(name)
+	}
+	msg := func(entry, what string) string {
+		return fmt.Sprintf("step \"build\": network.allow %q %s; internal destinations are opened only by the operator's policy data (data.agentsandbox.egress_internal), never by a workflow or an API client: remove the entry, or ask the operator to open it", entry, what)
+	}
+	cases := []struct {
+		entry string
+		deny  string // "" when admitted; else what the message says of it
+	}{
+		{"127.0.0.1/32:8080", "is inside 127.0.0.0/8, a loopback address"},
+		{"169.254.169.254/32:80", "is inside 169.254.0.0/16, a link-local address (cloud metadata services live here)"},
+		{"10.0.0.0/8:5432", "is inside 10.0.0.0/8, a private address"},
+		{"192.168.1.10:22", "is inside 192.168.0.0/16, a private address"},
+		{"[fd00::/8]:443", "is inside fc00::/7, a unique local (private) address"},
+		{"[::1]:80", "is inside ::1/128, the loopback address"},
+		{"[2002:7f00::/24]:80", "carries (as 6to4) addresses inside 127.0.0.0/8, a loopback address"},
+		{"[64:ff9b::a9fe:a9fe]:80", "carries (as NAT64) addresses inside 169.254.0.0/16, a link-local address (cloud metadata services live here)"},
+		{"[::7f00:1]:80", "carries (as IPv4-compatible) addresses inside 127.0.0.0/8, a loopback address"},
+		{"0.0.0.0/1:443", ""}, // holds internal addresses but public ones too: those alone are reached
+		{"203.0.113.5:22", ""},
+		{"api.example.com:443", ""},
+	}
+	def := load(t, Options{})
+	for _, c := range cases {
+		w := okWorkflow()
+		step(w, "build").Network.Allow = []string{c.entry}
+		d := eval(t, def, w, vmHost)
+		want := []string{}
+		if c.deny != "" {
+			want = []string{msg(c.entry, c.deny)}
+		}
+		if !slices.Equal(d.Deny, want) {
+			t.Errorf("%s: deny = %q\nwant   %q", c.entry, d.Deny, want)
+		}
+	}
+	// A forbidden prefix is denied once, as forbidden; one forbidden on
+	// another port only is still internal.
+	fd := writeFile(t, filepath.Join(t.TempDir(), "deny.yaml"), "agentsandbox:\n  egress_deny: [\"10.0.0.0/8:22\"]\n")
+	forbidding := load(t, Options{DataFiles: []string{fd}})
+	for entry, want := range map[string]string{
+		"10.1.2.3:22":   "which the policy forbids",
+		"10.1.2.3:5432": "egress_internal",
+	} {
+		w := okWorkflow()
+		step(w, "build").Network.Allow = []string{entry}
+		if d := eval(t, forbidding, w, vmHost); len(d.Deny) != 1 || !strings.Contains(d.Deny[0], want) {
+			t.Errorf("%s with 10.0.0.0/8:22 forbidden: deny = %q, want one saying %q", entry, d.Deny, want)
+		}
+	}
+
+	// The same policy without the default rules: the check is not a rule
+	// a policy can leave out.
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "p.rego"), "package agentsandbox\n\nwarn contains \"x\" if false\n")
+	bare := load(t, Options{Dirs: []string{dir}, NoDefault: true})
+	w := okWorkflow()
+	step(w, "build").Network.Allow = []string{"169.254.169.254:80"}
+	if d := eval(t, bare, w, vmHost); len(d.Deny) != 1 || !strings.Contains(d.Deny[0], "egress_internal") {
+		t.Errorf("without the default policy: deny = %q", d.Deny)
+	}
+
+	// The operator opens them.
+	data := writeFile(t, filepath.Join(dir, "open.yaml"), `agentsandbox:
+  egress_internal: ["127.0.0.1:8080", "169.254.169.254:80", "10.0.0.0/8", "192.168.1.10:22", "[fd00::/8]:443", "[::1]:80"]
+`)
+	open := load(t, Options{DataFiles: []string{data}})
+	for _, entry := range []string{"127.0.0.1/32:8080", "169.254.169.254/32:80", "10.0.0.0/8:5432", "10.20.0.0/16:443", "192.168.1.10:22", "[fd00::/8]:443", "[::1]:80", "[2002:7f00:1::/48]:8080", "[64:ff9b::a9fe:a9fe]:80"} {
+		w := okWorkflow()
+		step(w, "build").Network.Allow = []string{entry}
+		if d := eval(t, open, w, vmHost); len(d.Deny) != 0 {
+			t.Errorf("%s, opened: deny = %q", entry, d.Deny)
+		}
+	}
+	for _, entry := range []string{"127.0.0.1/32:9090", "169.254.169.254/32", "192.168.1.11:22"} {
+		w := okWorkflow()
+		step(w, "build").Network.Allow = []string{entry}
+		if d := eval(t, open, w, vmHost); !strings.Contains(strings.Join(d.Deny, "\n"), "egress_internal") {
+			t.Errorf("%s, not opened: deny = %q", entry, d.Deny)
+		}
+	}
+	d := eval(t, open, okWorkflow(), vmHost)
+	if want := []string{"10.0.0.0/8", "127.0.0.1:8080", "169.254.169.254:80", "192.168.1.10:22", "[::1]:80", "[fd00::/8]:443"}; !slices.Equal(d.EgressInternal, want) {
+		t.Errorf("EgressInternal = %q, want %q", d.EgressInternal, want)
+	}
+	if d := eval(t, def, okWorkflow(), vmHost); d.EgressInternal != nil {
+		t.Errorf("default EgressInternal = %q", d.EgressInternal)
+	}
+
+	for _, bad := range []string{`["metadata.google.internal:80"]`, `["*"]`, `"10.0.0.0/8"`, `[8080]`} {
+		f := writeFile(t, filepath.Join(dir, "bad.json"), `{"agentsandbox": {"egress_internal": `+bad+`}}`)
+		if _, err := Load(context.Background(), Options{DataFiles: []string{f}}); err == nil || !strings.Contains(err.Error(), "egress_internal") {
+			t.Errorf("Load with egress_internal %s: err = %v, want one naming egress_internal", bad, err)
+		}
 	}
 }
 

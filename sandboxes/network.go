@@ -17,8 +17,11 @@ import (
 // A running sandbox's egress can be granted and revoked: its
 // network.allow changes, and the next connection and DNS query are judged
 // by the new list (connections already open go on). Each change is an
-// action the policy judges (network_grant, network_revoke), a line of the
-// sandbox's network log, and an entry of its record. Only a sandbox
+// action the policy judges (network_grant, network_revoke), then the new
+// list is admitted exactly as a create's would be (engine's ChangeEgress:
+// open egress, ports, bandwidth, egress_deny, internal destinations),
+// and it is a line of the sandbox's network log and an entry of its
+// record. Only a sandbox
 // created with network.allow has the network room (firewall, resolver,
 // proxy) whose rules can change; one created without has no network at
 // all, and keeps it that way.
@@ -120,9 +123,23 @@ func (m *manager) UpdateNetwork(ctx context.Context, id string, u NetworkUpdate)
 	if len(allow) > maxNetworkEntries {
 		return NetworkInfo{}, Errorf(CodeBadRequest, "network.allow would have %d entries; a sandbox takes at most %d (use *.domain or CIDR entries)", len(allow), maxNetworkEntries)
 	}
-	if err := b.sb.SetEgress(allow); err != nil {
-		if errors.Is(err, engine.ErrNoEgress) {
+	// The new network.allow is admitted as the sandbox was, by the
+	// policy in force: a grant the admission would deny at create is
+	// denied here, with the same messages.
+	d, err := b.sb.ChangeEgress(ctx, m.admissionPolicy(), allow)
+	if d != nil {
+		m.logAdmission(d, d.Input(), id)
+		decisions = append(decisions, d.ID.String())
+	}
+	if err != nil {
+		var denied *engine.EgressDeniedError
+		switch {
+		case errors.As(err, &denied):
+			return NetworkInfo{}, &Error{Code: CodeDenied, Message: err.Error(), Decision: denied.Decision.ID.String(), Err: err}
+		case errors.Is(err, engine.ErrNoEgress):
 			return NetworkInfo{}, &Error{Code: CodeConflict, Message: err.Error(), Err: err}
+		case d == nil:
+			return NetworkInfo{}, &Error{Code: CodeInternal, Message: "the admission policy failed to evaluate: " + err.Error(), Err: err}
 		}
 		return NetworkInfo{}, Errorf(CodeBadRequest, "%v", err)
 	}
@@ -154,6 +171,15 @@ func canonicalEntries(what string, entries []string) ([]string, error) {
 		out = append(out, r.Entry)
 	}
 	return out, nil
+}
+
+// admissionPolicy is the policy that admits creates now: the one set
+// with SetPolicy, else the one the manager started with.
+func (m *manager) admissionPolicy() engine.Policy {
+	if p := m.policy(); p != nil {
+		return p
+	}
+	return m.o.Engine.Policy
 }
 
 func listOrNone(s []string) string {

@@ -57,6 +57,10 @@ type Config struct {
 	// namespace playing the internet.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	Dial    func(ctx context.Context, network, address string) (net.Conn, error)
+	// HostAddrs are the own addresses of the host Dial dials from (the
+	// proxy refuses them upstream); nil: this process's
+	// (hostaddr.Default).
+	HostAddrs egress.HostAddrs
 	// OnConn, when set, hears of every connection as it is logged (the
 	// engine tells the user of denied ones as they happen).
 	OnConn func(egress.Conn)
@@ -168,7 +172,7 @@ func (g *Gateway) Start(room vmrunner.EgressRoom, tap string) (err error) {
 
 	p := proxy.New(proxy.Config{
 		Step: g.cfg.Step, Live: g.live, Mapper: g.mapper,
-		Resolve: g.cfg.Resolve, Dial: g.cfg.Dial,
+		Resolve: g.cfg.Resolve, Dial: g.cfg.Dial, HostAddrs: g.cfg.HostAddrs,
 		Bandwidth: g.cfg.Bandwidth,
 		Log: func(c egress.Conn) {
 			g.writeLine(c)

@@ -126,8 +126,12 @@ func (p *Proxy) handleEndpoint(s *session) {
 			s.rec.Error = err.Error()
 			return
 		}
-		// br holds whatever the client sent after the head.
-		s.pipe(br, false)
+		// br holds whatever the client sent after the head. What goes
+		// through the tunnel first is judged like a redirected
+		// connection's first bytes: a ClientHello or request inside it
+		// must name the host the tunnel was opened for.
+		src := s.rec.NameSource
+		s.pipe(p.firstBytes(s, br, peeked{}, name, src, addr, port), false)
 		return
 	}
 

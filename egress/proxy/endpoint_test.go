@@ -21,6 +21,9 @@ func (w *world) startEndpoint(c Config) (*Proxy, string) {
 	c.Step = "build"
 	c.Resolve = w.resolve
 	c.Dial = w.dial
+	if c.HostAddrs == nil {
+		c.HostAddrs = w
+	}
 	c.Log = w.log
 	p := New(c)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -82,6 +85,32 @@ func TestConnectAllowed(t *testing.T) {
 	c.Close()
 	got := lastLog(t, w, 1)
 	if !got.Allow || got.Name != "api.example.com" || got.NameSource != egress.FromConnect || got.Dst != "" || got.Upstream != "203.0.113.10:443" || got.BytesIn == 0 {
+		t.Errorf("log %+v", got)
+	}
+}
+
+// What goes through a CONNECT tunnel first is judged: a ClientHello
+// inside it naming another host than the tunnel's is denied, though the
+// server at the tunnel's address would serve that host too.
+func TestConnectTunnelNameJudged(t *testing.T) {
+	w := newWorld(t)
+	cert, _ := selfSigned(t, "api.example.com", "denied.example")
+	w.tlsUpstream("203.0.113.10:443", cert)
+	w.hosts["api.example.com"] = []netip.Addr{netip.MustParseAddr("203.0.113.10")}
+	_, addr := w.startEndpoint(Config{Rules: rules(t, []string{"api.example.com:443"}, nil)})
+
+	resp, br, c := request(t, addr, "CONNECT api.example.com:443 HTTP/1.1\r\nHost: api.example.com:443\r\n\r\n")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body(resp))
+	}
+	tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: "denied.example", InsecureSkipVerify: true})
+	if err := tc.Handshake(); err == nil {
+		line, _ := bufio.NewReader(tc).ReadString('\n')
+		t.Fatalf("a ClientHello for another host went through the tunnel: %q", line)
+	}
+	c.Close()
+	got := lastLog(t, w, 1)
+	if got.Allow || got.SNI != "denied.example" || !strings.Contains(got.Reason, `opened a tunnel to "api.example.com" (CONNECT) and then asked for "denied.example"`) {
 		t.Errorf("log %+v", got)
 	}
 }

@@ -37,6 +37,20 @@ type world struct {
 	dials []string                  // every address Dial was given
 	logs  []egress.Conn
 	logMu sync.Mutex
+	// own are the addresses of the host the proxy dials from (HostAddr).
+	own []netip.Addr
+}
+
+// HostAddr makes the world the proxy's egress.HostAddrs.
+func (w *world) HostAddr(a netip.Addr) (bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, o := range w.own {
+		if o == a {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func newWorld(t *testing.T) *world {
@@ -158,6 +172,9 @@ func (w *world) start(c Config) (*Proxy, string) {
 		c.Resolve = w.resolve
 	}
 	c.Dial = w.dial
+	if c.HostAddrs == nil {
+		c.HostAddrs = w
+	}
 	c.OriginalDst = w.originalDst
 	c.Log = w.log
 	if c.PeekTimeout == 0 {

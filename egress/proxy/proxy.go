@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
+	"github.com/agentsandbox/agentsandbox/egress/hostaddr"
 	"github.com/agentsandbox/agentsandbox/netns"
 )
 
@@ -37,6 +38,10 @@ type Config struct {
 	// address:port literal that Rules.CheckUpstream accepted. nil: a
 	// net.Dialer.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// HostAddrs are the own addresses of the host Dial dials from, which
+	// CheckUpstream refuses unless the operator opens them; nil:
+	// hostaddr.Default, this process's network namespace's.
+	HostAddrs egress.HostAddrs
 	// OriginalDst is where a redirected connection was going; nil:
 	// netns.OriginalDst (SO_ORIGINAL_DST, IP6T_SO_ORIGINAL_DST).
 	OriginalDst func(c net.Conn) (netip.AddrPort, error)
@@ -46,11 +51,14 @@ type Config struct {
 	// Log gets one audit line per connection when it ends. Calls are
 	// made one at a time; Log must not call Close (Close waits for it).
 	Log func(egress.Conn)
-	// PeekTimeout is how long to wait for a client's first bytes
-	// (default 500ms); DialTimeout bounds resolving and dialling upstream
-	// (default 10s); IdleTimeout ends a connection on which nothing moved
-	// either way for that long (default 5m).
-	PeekTimeout, DialTimeout, IdleTimeout time.Duration
+	// PeekTimeout is how long to wait for a client's first bytes before
+	// the connection is taken for a server-first one (default 500ms);
+	// HeadTimeout is how long, from its first byte, a client may take
+	// to send the whole of its ClientHello or request head (default 5s;
+	// one that does not is refused); DialTimeout bounds resolving and
+	// dialling upstream (default 10s); IdleTimeout ends a connection on
+	// which nothing moved either way for that long (default 5m).
+	PeekTimeout, HeadTimeout, DialTimeout, IdleTimeout time.Duration
 	// MaxConns bounds concurrent connections (default 1024); beyond it a
 	// new connection is refused and logged.
 	MaxConns int
@@ -59,6 +67,7 @@ type Config struct {
 // Defaults for zero Config fields.
 const (
 	DefaultPeekTimeout = 500 * time.Millisecond
+	DefaultHeadTimeout = 5 * time.Second
 	DefaultDialTimeout = 10 * time.Second
 	DefaultIdleTimeout = 5 * time.Minute
 	DefaultMaxConns    = 1024
@@ -109,6 +118,9 @@ func New(c Config) *Proxy {
 		d := &net.Dialer{}
 		c.Dial = d.DialContext
 	}
+	if c.HostAddrs == nil {
+		c.HostAddrs = hostaddr.Default
+	}
 	if c.OriginalDst == nil {
 		c.OriginalDst = netns.OriginalDst
 	}
@@ -117,6 +129,9 @@ func New(c Config) *Proxy {
 	}
 	if c.PeekTimeout <= 0 {
 		c.PeekTimeout = DefaultPeekTimeout
+	}
+	if c.HeadTimeout <= 0 {
+		c.HeadTimeout = DefaultHeadTimeout
 	}
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = DefaultDialTimeout
@@ -399,7 +414,7 @@ func (p *Proxy) dial(s *session, name string, addr netip.Addr, port uint16) (net
 		if !a.IsValid() {
 			continue
 		}
-		if err := p.c.Live.Load().CheckUpstream(a); err != nil {
+		if err := p.c.Live.Load().CheckUpstream(netip.AddrPortFrom(a, port), p.c.HostAddrs); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -477,7 +492,7 @@ func (s *session) pipe(fromClient io.Reader, discard bool) {
 	}
 	err2 := <-done
 	for _, e := range []error{err, err2} {
-		if e != nil && s.rec.Error == "" && s.p.ctx.Err() == nil && !errors.Is(e, net.ErrClosed) && !errors.Is(e, context.Canceled) && !byJob(e) {
+		if e != nil && s.rec.Error == "" && s.p.ctx.Err() == nil && !errors.Is(e, net.ErrClosed) && !errors.Is(e, context.Canceled) && !errors.Is(e, errRefused) && !byJob(e) {
 			s.rec.Error = e.Error()
 		}
 	}

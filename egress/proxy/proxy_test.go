@@ -275,6 +275,84 @@ func TestCheckUpstreamRefusesSpecialAddresses(t *testing.T) {
 	}
 }
 
+// An allowed name whose DNS answer (on the host, at dial time) is the
+// host's own address, or an IPv6 form carrying loopback or the host's
+// address, is refused: Dial never sees it, though a listener waits there.
+func TestUpstreamHostAddressRefused(t *testing.T) {
+	for _, tc := range []struct{ resolved, want string }{
+		{"192.0.2.200", "192.0.2.200, one of this host's own addresses"},
+		{"::ffff:192.0.2.200", "one of this host's own addresses"},
+		{"2002:c000:2c8::1", "carries 192.0.2.200, one of this host's own addresses as 6to4"},
+		{"64:ff9b::c000:2c8", "as NAT64"},
+		{"::7f00:1", "carries 127.0.0.1, a loopback address (127.0.0.0/8) as IPv4-compatible"},
+		{"2002:7f00:1::1", "as 6to4"},
+		{"2001:0:7f00:1::", "as Teredo (server)"},
+		{"2001:0:4136:e378:8000:63bf:80ff:fffe", "carries 127.0.0.1, a loopback address (127.0.0.0/8) as Teredo (client)"},
+		{"2001:0:4136:e378:8000:63bf:5601:5601", "carries 169.254.169.254"},
+	} {
+		t.Run(tc.resolved, func(t *testing.T) {
+			w := newWorld(t)
+			w.own = []netip.Addr{netip.MustParseAddr("192.0.2.200")}
+			a := netip.MustParseAddr(tc.resolved)
+			w.httpUpstream(netip.AddrPortFrom(a, 80).String()) // a listener there
+			w.hosts["api.example.com"] = []netip.Addr{a}
+			m := egress.NewMapper()
+			dst := mapped(t, m, "api.example.com", 80)
+			_, addr := w.start(Config{Rules: rules(t, []string{"api.example.com:80"}, nil), Mapper: m})
+			code, body := httpGet(t, w.connect(addr, dst), "api.example.com", "/")
+			if code != 502 || !strings.Contains(body, tc.want) {
+				t.Errorf("%d %q, want 502 saying %q", code, body, tc.want)
+			}
+			if got := lastLog(t, w, 1); got.Upstream != "" || !strings.Contains(got.Error, "data.agentsandbox.egress_internal") {
+				t.Errorf("log %+v", got)
+			}
+			if len(w.dialled()) != 0 {
+				t.Errorf("dialled %q", w.dialled())
+			}
+		})
+	}
+}
+
+// A step's own rules cannot open loopback, metadata, private ranges or
+// the host's addresses, however exactly they name them; the operator's
+// egress_internal can.
+func TestClientRulesCannotOpenInternal(t *testing.T) {
+	for _, tc := range []struct {
+		dst, allow string
+	}{
+		{"127.0.0.1:8080", "127.0.0.1/32:8080"},
+		{"169.254.169.254:80", "169.254.169.254/32:80"},
+		{"10.1.2.3:5432", "10.0.0.0/8:5432"},
+		{"192.0.2.200:22", "192.0.2.200:22"},
+		{"[fd00::5]:443", "[fd00::/8]:443"},
+	} {
+		// Each world's proxy is checked for leftover goroutines when it
+		// closes: one world per subtest.
+		run := func(name string, allow, internal []string, wantCode int, want string) {
+			t.Run(tc.dst+"/"+name, func(t *testing.T) {
+				w := newWorld(t)
+				w.own = []netip.Addr{netip.MustParseAddr("192.0.2.200")}
+				w.httpUpstream(tc.dst)
+				rs, err := egress.Operator{Internal: internal}.Rules(allow)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, addr := w.start(Config{Rules: rs})
+				code, body := httpGet(t, w.connect(addr, tc.dst), "x.test", "/")
+				if code != wantCode || !strings.Contains(body, want) {
+					t.Errorf("%d %q, want %d %q", code, body, wantCode, want)
+				}
+				if dialled := len(w.dialled()) != 0; dialled != (wantCode == 200) {
+					t.Errorf("dialled %q", w.dialled())
+				}
+			})
+		}
+		run("asked", []string{tc.allow}, nil, 502, "egress_internal")
+		run("opened and asked", []string{tc.allow}, []string{tc.allow}, 200, "hello x.test /")
+		run("opened, not asked", []string{"other.example:443"}, []string{tc.allow}, 403, "no network.allow entry")
+	}
+}
+
 // Of several addresses, only acceptable ones are dialled, as literals.
 func TestDialOnlyCheckedLiterals(t *testing.T) {
 	w := newWorld(t)

@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
+	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
 )
@@ -42,47 +44,19 @@ func (p *Proxy) handleTransparent(s *session) {
 		s.rec.Name, s.rec.NameSource = name, egress.FromDNS
 	}
 
-	pk := peek(s.client, p.c.PeekTimeout)
-	s.rec.SNI, s.rec.Host = pk.sni, pk.host
-	refuse := func() {
+	src := egress.FromNone
+	if name != "" {
+		src = egress.FromDNS
+	}
+	pk := peek(s.client, p.c.PeekTimeout, p.c.HeadTimeout)
+	s.rec.Decision = p.judge(s, pk, name, src, addr, port)
+	if !s.rec.Allow {
 		if pk.kind == kindHTTP {
 			forbidden(s.client, s.rec.Decision)
 			s.client.Close()
 			return
 		}
 		reset(s.client)
-	}
-	if pk.bad != "" {
-		s.deny(egress.Decision{Reason: pk.bad + "; the egress proxy refuses a request whose host it cannot tell: send one Host header that names the host and agrees with the request's target"})
-		refuse()
-		return
-	}
-	claimed, src := pk.sni, egress.FromSNI
-	if claimed == "" {
-		claimed, src = pk.host, egress.FromHost
-	}
-
-	var d egress.Decision
-	if name != "" {
-		if claimed != "" && claimed != name {
-			what := "its TLS server name (SNI)"
-			if src == egress.FromHost {
-				what = "its HTTP Host header"
-			}
-			s.deny(egress.Decision{Reason: fmt.Sprintf("the job looked up %q and then asked for %q in %s on that connection; a connection may only go to the name it looked up: look %q up and connect to its own address", name, claimed, what, claimed)})
-			refuse()
-			return
-		}
-		d = p.c.Live.Load().Decide(egress.Request{Name: name, NameSource: egress.FromDNS, Addr: addr, Port: port})
-	} else {
-		d = decideByAddr(p.c.Live.Load(), addr, port, claimed, src)
-		if claimed != "" {
-			s.rec.Name, s.rec.NameSource = claimed, src
-		}
-	}
-	s.rec.Decision = d
-	if !d.Allow {
-		refuse()
 		return
 	}
 	if !s.connect(name, addr, port) {
@@ -94,11 +68,95 @@ func (p *Proxy) handleTransparent(s *session) {
 		reset(s.client)
 		return
 	}
-	var from io.Reader = s.client
-	if len(pk.data) > 0 {
-		from = io.MultiReader(bytes.NewReader(pk.data), s.client)
+	s.pipe(p.firstBytes(s, s.client, pk, name, src, addr, port), false)
+}
+
+// judge decides a connection from what its first bytes said, with the
+// name it was given (by the step's resolver, or in a CONNECT), "" for
+// none, and its address and port (addr invalid for a CONNECT to a name).
+// It notes the SNI or Host in the audit line.
+func (p *Proxy) judge(s *session, pk peeked, name string, src egress.NameSource, addr netip.Addr, port uint16) egress.Decision {
+	if pk.sni != "" {
+		s.rec.SNI = pk.sni
 	}
-	s.pipe(from, false)
+	if pk.host != "" {
+		s.rec.Host = pk.host
+	}
+	if pk.bad != "" {
+		return egress.Decision{Reason: pk.bad + "; the egress proxy lets a connection through only once it has read, within its bounds, the name the connection goes to: send the whole ClientHello or request head at once, with one Host header that agrees with the request's target"}
+	}
+	claimed, csrc := pk.sni, egress.FromSNI
+	if claimed == "" {
+		claimed, csrc = pk.host, egress.FromHost
+	}
+	what := "its TLS server name (SNI)"
+	if csrc == egress.FromHost {
+		what = "its HTTP Host header"
+	}
+	switch {
+	case name != "" && claimed != "" && claimed != name && src == egress.FromConnect:
+		return egress.Decision{Reason: fmt.Sprintf("the job opened a tunnel to %q (CONNECT) and then asked for %q in %s inside it; a tunnel may only go to the name it was opened for: open one to %q", name, claimed, what, claimed)}
+	case name != "" && claimed != "" && claimed != name:
+		return egress.Decision{Reason: fmt.Sprintf("the job looked up %q and then asked for %q in %s on that connection; a connection may only go to the name it looked up: look %q up and connect to its own address", name, claimed, what, claimed)}
+	case name != "":
+		return p.c.Live.Load().Decide(egress.Request{Name: name, NameSource: src, Addr: addr, Port: port})
+	}
+	if claimed != "" {
+		s.rec.Name, s.rec.NameSource = claimed, csrc
+	}
+	return decideByAddr(p.c.Live.Load(), addr, port, claimed, csrc)
+}
+
+// errRefused ends the job's side of a connection whose late first bytes
+// were denied (firstBytes).
+var errRefused = errors.New("the connection's first bytes were denied")
+
+// firstBytes is what the job sends upstream on an allowed connection:
+// the bytes peeked, then the rest. When nothing came within PeekTimeout
+// (a server-first protocol, or a job waiting on purpose) the job's first
+// bytes, whenever they come, are peeked and judged like any connection's
+// before one of them goes upstream (gate).
+func (p *Proxy) firstBytes(s *session, c io.Reader, pk peeked, name string, src egress.NameSource, addr netip.Addr, port uint16) io.Reader {
+	if len(pk.data) > 0 {
+		return io.MultiReader(bytes.NewReader(pk.data), c)
+	}
+	if pk.kind != kindNone {
+		return c
+	}
+	return &gate{r: c, set: s.client.SetReadDeadline, head: p.c.HeadTimeout, idle: p.c.IdleTimeout,
+		judge: func(pk peeked) bool {
+			d := p.judge(s, pk, name, src, addr, port)
+			if !d.Allow {
+				s.rec.Decision = d
+			}
+			return d.Allow
+		}}
+}
+
+// gate holds back what the job sends on a server-first connection until
+// its first bytes are judged; a denial ends the connection.
+type gate struct {
+	r          io.Reader
+	set        func(time.Time) error
+	head, idle time.Duration
+	judge      func(peeked) bool
+	rest       io.Reader
+}
+
+func (g *gate) Read(b []byte) (int, error) {
+	if g.rest != nil {
+		return g.rest.Read(b)
+	}
+	pk, err := peekFrom(g.r, g.set, g.head)
+	if len(pk.data) == 0 {
+		return 0, err // nothing yet: the copy's idle timeout decides
+	}
+	if !g.judge(pk) {
+		return 0, errRefused
+	}
+	_ = g.set(time.Now().Add(g.idle))
+	g.rest = io.MultiReader(bytes.NewReader(pk.data), g.r)
+	return g.rest.Read(b)
 }
 
 // decideByAddr judges a connection to an address the step's resolver did

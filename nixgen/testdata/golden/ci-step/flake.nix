@@ -45,17 +45,17 @@
     in
     {
       nixosConfigurations = {
-        "env-e8740092f0144214" = microvmSystem ./envs/env-e8740092f0144214.nix;
+        "env-fae0df91cf8435c8" = microvmSystem ./envs/env-fae0df91cf8435c8.nix;
         "env-bd318d7e0f321ba1" = microvmSystem ./envs/env-bd318d7e0f321ba1.nix;
       };
 
       packages."x86_64-linux" = {
-        "env-e8740092f0144214" = self.nixosConfigurations."env-e8740092f0144214".config.microvm.declaredRunner;
+        "env-fae0df91cf8435c8" = self.nixosConfigurations."env-fae0df91cf8435c8".config.microvm.declaredRunner;
         "env-bd318d7e0f321ba1" = self.nixosConfigurations."env-bd318d7e0f321ba1".config.microvm.declaredRunner;
       };
 
       legacyPackages."x86_64-linux".tcgRunners = {
-        "env-e8740092f0144214" = (self.nixosConfigurations."env-e8740092f0144214".extendModules {
+        "env-fae0df91cf8435c8" = (self.nixosConfigurations."env-fae0df91cf8435c8".extendModules {
           modules = [ ./tcg.nix ];
         }).config.microvm.declaredRunner;
         "env-bd318d7e0f321ba1" = (self.nixosConfigurations."env-bd318d7e0f321ba1".extendModules {
@@ -64,7 +64,7 @@
       };
 
       legacyPackages."x86_64-linux".stepEnvs = {
-        "env-e8740092f0144214" = pkgs.buildEnv {
+        "env-fae0df91cf8435c8" = pkgs.buildEnv {
           name = "agentsandbox-env";
           paths = [
             pkgs.bashInteractive
