@@ -167,6 +167,8 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 		Sandbox: policy.ActionSandbox{Labels: s.Labels, Isolation: string(w.Steps[0].Isolation)}, Step: canonicalStep(w.Steps[0])}); err != nil {
 		return Info{}, err
 	}
+	// A warm sandbox already holds its place under MaxSandboxes, which
+	// passes to the box; any other create needs a free one.
 	warm := m.takeWarm(w) // nil unless a pool of a spec that makes w has one ready
 	if warm != nil {
 		id = warm.id
@@ -179,12 +181,13 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 			m.discardWarm([]*warmBox{warm})
 		}
 		return Info{}, Errorf(CodeStopped, "the server is stopping")
-	case m.running() >= m.o.MaxSandboxes:
+	case warm == nil && m.inUse() >= m.o.MaxSandboxes:
+		n, warmN := m.running(), m.inUse()-m.running()
 		m.mu.Unlock()
-		if warm != nil {
-			m.putBackWarm(warm)
-		}
-		return Info{}, Errorf(CodeLimit, "this server already runs %d sandboxes, its limit; kill one (DELETE /v1/sandboxes/ID) first", m.o.MaxSandboxes)
+		return Info{}, Errorf(CodeLimit, "this server already holds %d sandboxes (%d running, %d warm), its limit; kill one (DELETE /v1/sandboxes/ID) first", m.o.MaxSandboxes, n, warmN)
+	}
+	if warm != nil {
+		m.handOver(warm)
 	}
 	// Reserve the place while the sandbox is being opened.
 	b := &box{m: m, id: id, execs: map[string]*execState{}}
@@ -284,6 +287,20 @@ func canonicalStep(s workflow.Step) any {
 	var v any
 	_ = json.Unmarshal(b, &v)
 	return v
+}
+
+// inUse counts what holds a place under MaxSandboxes, the one count
+// creates and warm pools are both bounded by: the sandboxes not stopped
+// (those being created too), and the warm ones, ready, being opened,
+// handed to a create or being discarded. m.mu is held.
+func (m *manager) inUse() int {
+	n := m.running()
+	for _, p := range m.warm {
+		p.mu.Lock()
+		n += p.places()
+		p.mu.Unlock()
+	}
+	return n
 }
 
 // running counts the sandboxes not stopped; m.mu is held.
