@@ -50,7 +50,8 @@ type warmPool struct {
 	// out of ready that still hold a place under MaxSandboxes: handed to
 	// a create that has not added its box yet, or being discarded.
 	opening, held int
-	hits  int // creates served from the pool
+
+	hits int // creates served from the pool
 	// misses counts creates of this spec that found the pool empty.
 	misses int
 

@@ -135,7 +135,9 @@ func TestServeHangupReloadsPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Signal(syscall.SIGHUP)
-	p.WaitFor(t, seen, func(l string) bool { return strings.HasPrefix(l, "SIGHUP: policy reload failed; the policy in force stays:") }, time.Minute)
+	p.WaitFor(t, seen, func(l string) bool {
+		return strings.HasPrefix(l, "SIGHUP: policy reload failed; the policy in force stays:")
+	}, time.Minute)
 	if code, _ := serveExec(t, c, id, "id"); code != 403 {
 		t.Errorf("exec id after a failed reload: %d, want the last good policy's 403", code)
 	}
