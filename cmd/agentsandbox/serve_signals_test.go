@@ -308,3 +308,52 @@ func TestServeLimits(t *testing.T) {
 	}
 	srv.Stop(t)
 }
+
+// openDecisionLog makes the log 0600 and appends to it; a symlink or a
+// FIFO in its place is refused (the FIFO at once, not blocking the
+// server's start).
+func TestOpenDecisionLog(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, decisionLogName)
+	for _, line := range []string{"one\n", "two\n"} {
+		f, err := openDecisionLog(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(line)
+		f.Close()
+	}
+	if b, _ := os.ReadFile(path); string(b) != "one\ntwo\n" {
+		t.Errorf("log %q, want both lines appended", b)
+	}
+	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v", st.Mode().Perm())
+	}
+
+	link := t.TempDir()
+	os.Symlink(path, filepath.Join(link, decisionLogName))
+	if f, err := openDecisionLog(link); err == nil {
+		f.Close()
+		t.Error("a symlink was followed")
+	}
+	fifo := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(fifo, decisionLogName), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		f, err := openDecisionLog(fifo)
+		if err == nil {
+			f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a FIFO was taken for the log")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("opening a FIFO as the log blocked")
+	}
+}
