@@ -150,6 +150,16 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 			return Info{}, Errorf(CodeBadRequest, "label key %q: want 1 to 63 characters", k)
 		}
 	}
+	// A full server refuses before it parses the spec or reads a
+	// template, unless a warm sandbox (whose place is taken already) might
+	// serve it; the count is checked again below, where it is reserved.
+	m.mu.Lock()
+	if m.inUse() >= m.o.MaxSandboxes && m.warmReady() == 0 {
+		err := m.limitError()
+		m.mu.Unlock()
+		return Info{}, err
+	}
+	m.mu.Unlock()
 	if s.FromSnapshot != "" {
 		if _, err := m.snapshotDigest(m.o.Engine.Store, s.FromSnapshot); err != nil {
 			return Info{}, err
@@ -182,9 +192,9 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 		}
 		return Info{}, Errorf(CodeStopped, "the server is stopping")
 	case warm == nil && m.inUse() >= m.o.MaxSandboxes:
-		n, warmN := m.running(), m.inUse()-m.running()
+		err := m.limitError()
 		m.mu.Unlock()
-		return Info{}, Errorf(CodeLimit, "this server already holds %d sandboxes (%d running, %d warm), its limit; kill one (DELETE /v1/sandboxes/ID) first", m.o.MaxSandboxes, n, warmN)
+		return Info{}, err
 	}
 	if warm != nil {
 		m.handOver(warm)
@@ -301,6 +311,25 @@ func (m *manager) inUse() int {
 		p.mu.Unlock()
 	}
 	return n
+}
+
+// warmReady counts the warm sandboxes ready to be handed out; m.mu is
+// held.
+func (m *manager) warmReady() int {
+	n := 0
+	for _, p := range m.warm {
+		p.mu.Lock()
+		n += len(p.ready)
+		p.mu.Unlock()
+	}
+	return n
+}
+
+// limitError is a create's refusal when inUse has reached MaxSandboxes;
+// m.mu is held.
+func (m *manager) limitError() error {
+	n := m.running()
+	return Errorf(CodeLimit, "this server already holds %d sandboxes (%d running, %d warm), its limit; kill one (DELETE /v1/sandboxes/ID) first", m.o.MaxSandboxes, n, m.inUse()-n)
 }
 
 // running counts the sandboxes not stopped; m.mu is held.

@@ -79,3 +79,18 @@ func TestRunLimitBeforeParse(t *testing.T) {
 		t.Errorf("runs %d after refusals, want 0", m.runs)
 	}
 }
+
+// TestCreateLimitBeforeParse: a server whose MaxSandboxes places are all
+// held, with no warm sandbox ready to serve the create, refuses it before
+// it parses the spec or reads its template.
+func TestCreateLimitBeforeParse(t *testing.T) {
+	m := pureManager(t, Options{MaxSandboxes: 1})
+	m.mu.Lock()
+	m.boxes["held"] = &box{m: m, id: "held"} // being created: holds its place
+	m.mu.Unlock()
+	for _, s := range []Spec{{Resources: map[string]any{"memory": "lots"}}, {Template: "no-such.yaml#x"}} {
+		if _, err := m.Create(context.Background(), s); CodeOf(err) != CodeLimit || !strings.Contains(err.Error(), "holds 1 sandboxes (1 running, 0 warm)") {
+			t.Errorf("create %+v on a full server: %v, want %s", s, err, CodeLimit)
+		}
+	}
+}
