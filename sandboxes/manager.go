@@ -160,6 +160,16 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 			return Info{}, Errorf(CodeBadRequest, "label key %q: want 1 to 63 characters", k)
 		}
 	}
+	// A full server refuses before it parses the spec or reads a
+	// template, unless a warm sandbox (whose place is taken already) might
+	// serve it; the count is checked again below, where it is reserved.
+	m.mu.Lock()
+	if m.inUse() >= m.o.MaxSandboxes && m.warmReady() == 0 {
+		err := m.limitError()
+		m.mu.Unlock()
+		return Info{}, err
+	}
+	m.mu.Unlock()
 	if s.FromSnapshot != "" {
 		if _, err := m.snapshotDigest(m.o.Engine.Store, s.FromSnapshot); err != nil {
 			return Info{}, err
@@ -177,6 +187,8 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 		Sandbox: policy.ActionSandbox{Labels: s.Labels, Isolation: string(w.Steps[0].Isolation)}, Step: canonicalStep(w.Steps[0])}); err != nil {
 		return Info{}, err
 	}
+	// A warm sandbox already holds its place under MaxSandboxes, which
+	// passes to the box; any other create needs a free one.
 	warm := m.takeWarm(w) // nil unless a pool of a spec that makes w has one ready
 	if warm != nil {
 		id = warm.id
@@ -189,12 +201,13 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 			m.discardWarm([]*warmBox{warm})
 		}
 		return Info{}, Errorf(CodeStopped, "the server is stopping")
-	case m.running() >= m.o.MaxSandboxes:
+	case warm == nil && m.inUse() >= m.o.MaxSandboxes:
+		err := m.limitError()
 		m.mu.Unlock()
-		if warm != nil {
-			m.putBackWarm(warm)
-		}
-		return Info{}, Errorf(CodeLimit, "this server already runs %d sandboxes, its limit; kill one (DELETE /v1/sandboxes/ID) first", m.o.MaxSandboxes)
+		return Info{}, err
+	}
+	if warm != nil {
+		m.handOver(warm)
 	}
 	// Reserve the place while the sandbox is being opened.
 	b := &box{m: m, id: id, execs: map[string]*execState{}}
@@ -294,6 +307,39 @@ func canonicalStep(s workflow.Step) any {
 	var v any
 	_ = json.Unmarshal(b, &v)
 	return v
+}
+
+// inUse counts what holds a place under MaxSandboxes, the one count
+// creates and warm pools are both bounded by: the sandboxes not stopped
+// (those being created too), and the warm ones, ready, being opened,
+// handed to a create or being discarded. m.mu is held.
+func (m *manager) inUse() int {
+	n := m.running()
+	for _, p := range m.warm {
+		p.mu.Lock()
+		n += p.places()
+		p.mu.Unlock()
+	}
+	return n
+}
+
+// warmReady counts the warm sandboxes ready to be handed out; m.mu is
+// held.
+func (m *manager) warmReady() int {
+	n := 0
+	for _, p := range m.warm {
+		p.mu.Lock()
+		n += len(p.ready)
+		p.mu.Unlock()
+	}
+	return n
+}
+
+// limitError is a create's refusal when inUse has reached MaxSandboxes;
+// m.mu is held.
+func (m *manager) limitError() error {
+	n := m.running()
+	return Errorf(CodeLimit, "this server already holds %d sandboxes (%d running, %d warm), its limit; kill one (DELETE /v1/sandboxes/ID) first", m.o.MaxSandboxes, n, m.inUse()-n)
 }
 
 // running counts the sandboxes not stopped; m.mu is held.

@@ -87,26 +87,11 @@ type Runner interface {
 }
 
 // Run applies a workflow and returns when it has ended. The run holds one
-// of the server's MaxRuns places while it runs; a server that is stopping
-// cancels it (its record then says so).
+// of the server's MaxRuns places while it runs, taken before its workflow
+// is read or parsed: a server at its limit refuses at once, whatever the
+// request holds. A server that is stopping cancels it (its record then
+// says so).
 func (m *manager) Run(ctx context.Context, r RunRequest) (RunInfo, error) {
-	w, raw, path, err := m.runWorkflow(r)
-	if err != nil {
-		return RunInfo{}, err
-	}
-	if _, err := m.authorize(ctx, nil, policy.Action{Action: policy.ActionRunWorkflow,
-		Workflow: &policy.ActionWorkflow{Name: w.Name, Hash: w.Hash().String(), Steps: stepNames(w)}}); err != nil {
-		return RunInfo{}, err
-	}
-	// One policy for the whole run: its admission and, for an inline
-	// workflow (an API caller's, not the operator's), its inputs.
-	pol := m.policy()
-	var apiFetch engine.FetchFunc
-	if r.Inline != "" {
-		if apiFetch, err = m.apiFetch(pol, w); err != nil {
-			return RunInfo{}, err
-		}
-	}
 	m.mu.Lock()
 	switch {
 	case m.closing:
@@ -125,6 +110,28 @@ func (m *manager) Run(ctx context.Context, r RunRequest) (RunInfo, error) {
 		m.mu.Unlock()
 		m.runsWG.Done()
 	}()
+	w, raw, path, err := m.runWorkflow(r)
+	if err != nil {
+		return RunInfo{}, err
+	}
+	// A caller that gave up while the workflow was parsed costs nothing
+	// more (the parse itself is bounded: workflow.MaxAliasNodes).
+	if err := ctx.Err(); err != nil {
+		return RunInfo{}, fmt.Errorf("run workflow %s: %w", w.Name, err)
+	}
+	if _, err := m.authorize(ctx, nil, policy.Action{Action: policy.ActionRunWorkflow,
+		Workflow: &policy.ActionWorkflow{Name: w.Name, Hash: w.Hash().String(), Steps: stepNames(w)}}); err != nil {
+		return RunInfo{}, err
+	}
+	// One policy for the whole run: its admission and, for an inline
+	// workflow (an API caller's, not the operator's), its inputs.
+	pol := m.policy()
+	var apiFetch engine.FetchFunc
+	if r.Inline != "" {
+		if apiFetch, err = m.apiFetch(pol, w); err != nil {
+			return RunInfo{}, err
+		}
+	}
 	// The run outlives neither its caller nor the server.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -30,7 +30,8 @@ import (
 // it is handed out, and its record's start is its opening. A warm sandbox
 // nobody took is discarded without a record (nothing ran in it). The pools
 // count against MaxSandboxes: they never fill past what the running
-// sandboxes leave.
+// sandboxes leave, and a create of another spec is refused when the
+// running and the warm ones together reach it (manager.inUse).
 
 // WarmSpec asks for N sandboxes of Spec kept opened ahead. Only the fields
 // that make the sandbox's workflow matter (template, isolation, packages,
@@ -45,7 +46,12 @@ type warmPool struct {
 
 	mu    sync.Mutex
 	ready []*warmBox
-	hits  int // creates served from the pool
+	// opening counts the sandboxes the filler is opening, and held those
+	// out of ready that still hold a place under MaxSandboxes: handed to
+	// a create that has not added its box yet, or being discarded.
+	opening, held int
+
+	hits int // creates served from the pool
 	// misses counts creates of this spec that found the pool empty.
 	misses int
 
@@ -54,6 +60,7 @@ type warmPool struct {
 }
 
 type warmBox struct {
+	pool   *warmPool
 	id     string
 	sb     *engine.Sandbox
 	bundle policy.Digest // the policy that admitted it
@@ -134,25 +141,37 @@ func (p *warmPool) poke() {
 }
 
 // wantsWarm reports whether p should open one more: it is short, and the
-// running sandboxes and the other pools leave room under MaxSandboxes.
-// It first discards what p can no longer hand out.
+// running sandboxes and the pools leave room under MaxSandboxes. When it
+// should, the place is taken (p.opening) before m.mu is let go, so a
+// create cannot take it too; openWarm gives it back. It first discards
+// what p can no longer hand out.
 func (m *manager) wantsWarm(p *warmPool) bool {
 	m.drainPool(p, m.warmKey(p.spec.Spec))
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.closing {
-		m.mu.Unlock()
 		return false
 	}
-	room := m.o.MaxSandboxes - m.running()
-	m.mu.Unlock()
-	for _, q := range m.warm {
-		q.mu.Lock()
-		room -= len(q.ready)
-		q.mu.Unlock()
-	}
+	room := m.o.MaxSandboxes - m.inUse()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.ready) < p.spec.N && room > 0
+	if len(p.ready)+p.opening >= p.spec.N || room <= 0 {
+		return false
+	}
+	p.opening++
+	return true
+}
+
+// places counts what p holds under MaxSandboxes; p.mu is held.
+func (p *warmPool) places() int { return len(p.ready) + p.opening + p.held }
+
+// release gives back n places p held (held, not ready) and has the
+// filler look again.
+func (p *warmPool) release(n int) {
+	p.mu.Lock()
+	p.held -= n
+	p.mu.Unlock()
+	p.poke()
 }
 
 // warmCheckEvery is how often a full pool looks for warm sandboxes it can
@@ -191,8 +210,17 @@ func (m *manager) fillWarm(p *warmPool) {
 	}
 }
 
-// openWarm opens one sandbox of p's spec into p.
+// openWarm opens one sandbox of p's spec into p, in the place wantsWarm
+// took: it passes to the sandbox in ready, or is given back.
 func (m *manager) openWarm(p *warmPool) error {
+	placed := false
+	defer func() {
+		if !placed {
+			p.mu.Lock()
+			p.opening--
+			p.mu.Unlock()
+		}
+	}()
 	id, err := newID()
 	if err != nil {
 		return err
@@ -216,15 +244,17 @@ func (m *manager) openWarm(p *warmPool) error {
 	if err != nil {
 		return err
 	}
-	wb := &warmBox{id: id, sb: sb, bundle: sb.Decision.BundleDigest, key: key}
+	wb := &warmBox{pool: p, id: id, sb: sb, bundle: sb.Decision.BundleDigest, key: key}
 	m.mu.Lock()
 	closing := m.closing
 	m.mu.Unlock()
 	if closing || !m.usable(wb, key) {
-		return sb.Discard(context.WithoutCancel(ctx))
+		return sb.Discard(context.WithoutCancel(ctx)) // in its place until it is gone
 	}
 	p.mu.Lock()
 	p.ready = append(p.ready, wb)
+	p.opening--
+	placed = true
 	p.mu.Unlock()
 	m.o.Logf("warm pool of %s: sandbox %s ready", warmName(p.spec.Spec), id)
 	return nil
@@ -248,7 +278,9 @@ func (m *manager) usable(wb *warmBox, key []byte) bool {
 }
 
 // takeWarm returns a warm sandbox for a create whose spec made w, or nil
-// when no pool of a spec that makes the same workflow holds one.
+// when no pool of a spec that makes the same workflow holds one. The
+// sandbox keeps its place (its pool's held) until the create adds its box
+// (handOver) or discards it.
 func (m *manager) takeWarm(w *workflow.Workflow) *warmBox {
 	if len(m.warm) == 0 {
 		return nil
@@ -275,9 +307,11 @@ func (m *manager) takeWarm(w *workflow.Workflow) *warmBox {
 		}
 		if got != nil {
 			p.hits++
+			p.held++
 		} else {
 			p.misses++
 		}
+		p.held += len(stale)
 		p.mu.Unlock()
 		m.discardWarm(stale)
 		p.poke()
@@ -288,19 +322,12 @@ func (m *manager) takeWarm(w *workflow.Workflow) *warmBox {
 	return nil
 }
 
-// putBackWarm returns a sandbox takeWarm gave that the create could not
-// use (the server was full) to the front of its pool.
-func (m *manager) putBackWarm(wb *warmBox) {
-	for _, p := range m.warm {
-		if bytes.Equal(m.warmKey(p.spec.Spec), wb.key) {
-			p.mu.Lock()
-			p.ready = append([]*warmBox{wb}, p.ready...)
-			p.hits--
-			p.mu.Unlock()
-			return
-		}
-	}
-	m.discardWarm([]*warmBox{wb})
+// handOver passes the place of wb, which takeWarm gave a create, to the
+// create's box; m.mu is held, and the box is added in the same hold.
+func (m *manager) handOver(wb *warmBox) {
+	wb.pool.mu.Lock()
+	wb.pool.held--
+	wb.pool.mu.Unlock()
 }
 
 // drainWarm discards from every pool what can no longer be handed out
@@ -324,10 +351,10 @@ func (m *manager) drainPool(p *warmPool, key []byte) {
 		}
 	}
 	p.ready = keep
+	p.held += len(stale)
 	p.mu.Unlock()
 	if len(stale) > 0 {
-		m.discardWarm(stale)
-		p.poke()
+		m.discardWarm(stale) // pokes when they are gone
 	}
 }
 
@@ -339,6 +366,7 @@ func (m *manager) closeWarm(ctx context.Context) error {
 		<-p.done
 		p.mu.Lock()
 		stale = append(stale, p.ready...)
+		p.held += len(p.ready)
 		p.ready = nil
 		p.mu.Unlock()
 	}
@@ -347,6 +375,8 @@ func (m *manager) closeWarm(ctx context.Context) error {
 	return err
 }
 
+// discardWarm discards stale in the background; each holds its place
+// (counted in its pool's held) until it is gone.
 func (m *manager) discardWarm(stale []*warmBox) {
 	if len(stale) == 0 {
 		return
@@ -365,6 +395,7 @@ func (m *manager) discardWarmWait(ctx context.Context, stale []*warmBox) error {
 			errs = append(errs, err)
 			m.o.Logf("warm pool: discard sandbox %s: %v (agentsandbox gc removes what is left)", wb.id, err)
 		}
+		wb.pool.release(1)
 	}
 	return errors.Join(errs...)
 }

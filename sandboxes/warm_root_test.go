@@ -311,3 +311,70 @@ func TestWarmPoolTemplate(t *testing.T) {
 		t.Fatalf("the refilled pool: %q, %+v", out, m.warmStats())
 	}
 }
+
+// sandboxDirs counts the sandboxes on the host: the directories of the
+// manager's run root, one per jail however it is held (box, warm, being
+// opened or discarded).
+func sandboxDirs(t *testing.T, m *manager) int {
+	t.Helper()
+	entries, err := os.ReadDir(m.o.Engine.RunRoot)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return len(entries)
+}
+
+// TestWarmCountsAgainstMaxSandboxes: with MaxSandboxes 3 and a warm pool
+// of 2, one create of another spec fits and the next is refused (three
+// such creates used to succeed: five jails on a server of three); a
+// create of the pool's spec takes a warm one and the pool does not refill
+// past the limit; a kill makes room, which the pool takes back.
+func TestWarmCountsAgainstMaxSandboxes(t *testing.T) {
+	mi, _ := newManager(t, Options{MaxSandboxes: 3, Warm: []WarmSpec{{N: 2}}, ReapEvery: 50 * time.Millisecond})
+	m := mi.(*manager)
+	ctx := context.Background()
+	waitWarm(t, m, 2)
+	other := Spec{Env: map[string]string{"A": "1"}}
+	first, err := m.Create(ctx, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, other); CodeOf(err) != CodeLimit || !strings.Contains(err.Error(), "holds 3 sandboxes (1 running, 2 warm)") {
+		t.Fatalf("a create past running 1 + warm 2 of 3: %v, want %s", err, CodeLimit)
+	}
+	if n := sandboxDirs(t, m); n != 3 {
+		t.Errorf("%d sandboxes on the host, want 3", n)
+	}
+	// The pool's own spec takes a warm sandbox: its place is the box's.
+	taken, err := m.Create(ctx, Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := m.warmStats(); st.Hits != 1 || st.Ready != 1 {
+		t.Fatalf("create of the default spec: %+v", st)
+	}
+	time.Sleep(300 * time.Millisecond) // the filler was poked: it must find no room
+	m.mu.Lock()
+	inUse := m.inUse()
+	m.mu.Unlock()
+	if st := m.warmStats(); st.Ready != 1 || inUse != 3 || sandboxDirs(t, m) != 3 {
+		t.Fatalf("the pool refilled past the limit: %+v, %d in use, %d on the host", st, inUse, sandboxDirs(t, m))
+	}
+	if _, err := m.Create(ctx, other); CodeOf(err) != CodeLimit {
+		t.Fatalf("a create with 2 running and 1 warm of 3: %v", err)
+	}
+	// A kill frees a place; the pool, short by one, takes it.
+	if _, err := m.Kill(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitWarm(t, m, 2)
+	if _, err := m.Create(ctx, other); CodeOf(err) != CodeLimit {
+		t.Fatalf("a create with 1 running and 2 warm of 3: %v", err)
+	}
+	if n := sandboxDirs(t, m); n > 3 {
+		t.Errorf("%d sandboxes on the host, over 3", n)
+	}
+	if out, _, _ := collect(t, m, taken.ID, ExecRequest{Argv: []string{"echo", "ok"}}); out != "ok\n" {
+		t.Errorf("exec in the warm-taken sandbox: %q", out)
+	}
+}

@@ -34,7 +34,7 @@ func (p *parser) crossCheck(w *Workflow, specs []*stepSpec, defs *settings, nixG
 		}
 		for _, r := range s.needs {
 			if _, ok := byName[r.name]; !ok {
-				p.errorf(r.node, "%s needs %q, which is not a step%s", label, r.name, suggest(r.name, names))
+				p.errorf(r.node, "%s needs %q, which is not a step%s", label, r.name, p.suggest(r.name, names))
 			}
 		}
 		for _, r := range s.inputs {
@@ -42,7 +42,7 @@ func (p *parser) crossCheck(w *Workflow, specs []*stepSpec, defs *settings, nixG
 				if len(inputNames) == 0 {
 					p.errorf(r.node, "%s uses input %q, but the workflow has no inputs section", label, r.name)
 				} else {
-					p.errorf(r.node, "%s uses input %q, which is not in inputs%s", label, r.name, suggest(r.name, inputNames))
+					p.errorf(r.node, "%s uses input %q, which is not in inputs%s", label, r.name, p.suggest(r.name, inputNames))
 				}
 			}
 		}

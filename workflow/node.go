@@ -15,7 +15,20 @@ type parser struct {
 	errs           ErrorList
 	declaredInputs map[string]bool // every key of the inputs map, valid or not
 	allowOutside   bool            // AllowOutsideInputs
+
+	reported  map[Error]bool // the problems in errs, to drop repeats (a node reached twice through an alias)
+	dropped   *Error         // the first problem past MaxErrors
+	distances int            // edit distances suggest has computed
 }
+
+// MaxErrors bounds the problems one Parse reports; a last one then says
+// that more were left out. A file of many thousand mistakes is refused as
+// fast as one of a few.
+const MaxErrors = 100
+
+// maxDistances bounds the edit distances the suggestions of one Parse
+// compute (each "did you mean" compares a name with every candidate).
+const maxDistances = 100_000
 
 func (p *parser) errAt(line, col int, format string, args ...any) {
 	if line < 1 {
@@ -24,7 +37,43 @@ func (p *parser) errAt(line, col int, format string, args ...any) {
 	if col < 1 {
 		col = 1
 	}
-	p.errs.Errors = append(p.errs.Errors, &Error{File: p.file, Line: line, Col: col, Msg: fmt.Sprintf(format, args...)})
+	e := Error{File: p.file, Line: line, Col: col, Msg: fmt.Sprintf(format, args...)}
+	switch {
+	case p.reported[e]:
+	case len(p.errs.Errors) >= MaxErrors:
+		if p.dropped == nil {
+			p.dropped = &e
+		}
+	default:
+		if p.reported == nil {
+			p.reported = map[Error]bool{}
+		}
+		p.reported[e] = true
+		p.errs.Errors = append(p.errs.Errors, &e)
+	}
+}
+
+// full reports whether errAt keeps no more problems.
+func (p *parser) full() bool { return len(p.errs.Errors) >= MaxErrors }
+
+// suggest is suggest within the parse's budget of edit distances: ""
+// once it is spent, or once no more problems are kept.
+func (p *parser) suggest(word string, candidates []string) string {
+	if p.full() || p.distances+len(candidates) > maxDistances {
+		return ""
+	}
+	p.distances += len(candidates)
+	return suggest(word, candidates)
+}
+
+// finish sorts the problems found, and adds a last one saying that more
+// were left out, if they were.
+func (p *parser) finish() {
+	p.errs.sortDedup()
+	if d := p.dropped; d != nil {
+		p.errs.Errors = append(p.errs.Errors, &Error{File: d.File, Line: d.Line, Col: d.Col,
+			Msg: fmt.Sprintf("more problems from here on are not shown: a workflow's check stops after %d; fix those above and check again", MaxErrors)})
+	}
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
@@ -166,7 +215,7 @@ func (p *parser) fieldsExt(n *yaml.Node, what string, known []string, extensions
 			continue
 		}
 		if !contains(known, e.key) {
-			hint := suggest(e.key, known)
+			hint := p.suggest(e.key, known)
 			if hint == "" {
 				hint = " (known keys: " + strings.Join(known, ", ") + ")"
 			}

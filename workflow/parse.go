@@ -80,7 +80,13 @@ func AllowOutsideInputs(allow bool) ParseOption {
 // ParseFile reads and parses the workflow at path. It returns the file's
 // bytes too, since records keep them.
 func ParseFile(path string, opts ...ParseOption) (*Workflow, []byte, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read workflow: %w", err)
+	}
+	defer f.Close()
+	// One byte over the limit is enough for Parse to refuse it.
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
 		return nil, nil, fmt.Errorf("read workflow: %w", err)
 	}
@@ -112,11 +118,13 @@ func parse(filename string, data []byte, opts ...ParseOption) (*Workflow, error)
 		o(p)
 	}
 	var w *Workflow
-	if root := p.decode(data); root != nil {
-		w = p.workflow(root)
+	if p.checkSize(data) {
+		if root := p.decode(data); root != nil {
+			w = p.workflow(root)
+		}
 	}
 	if len(p.errs.Errors) > 0 {
-		p.errs.sortDedup()
+		p.finish()
 		return nil, &p.errs
 	}
 	return w, nil
@@ -144,6 +152,9 @@ func (p *parser) decode(data []byte) *yaml.Node {
 	}
 	if len(doc.Content) == 0 {
 		p.errAt(1, 1, "the file is empty; a workflow starts with %q", "apiVersion: "+APIVersion)
+		return nil
+	}
+	if !p.checkBudget(&doc) {
 		return nil
 	}
 	return doc.Content[0]
@@ -425,24 +436,40 @@ func (p *parser) inputs(n *yaml.Node) []Input {
 		out = append(out, in)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	// One input's dest may not lie inside another's.
+	p.nestedDests(dests, ps)
+	return out
+}
+
+// nestedDests reports each input whose dest lies inside another input's
+// dest, naming the nearest such dest. dests maps each dest to its input.
+// Sorted with '/' before every other byte, a dest's parents come before
+// it and what lies inside it right after it, so one pass with a stack of
+// the dests the current one lies in finds them all (in time linear in
+// their length, however many nest).
+func (p *parser) nestedDests(dests map[string]string, ps []pair) {
+	keyNode := make(map[string]*yaml.Node, len(ps))
+	for _, e := range ps {
+		keyNode[e.key] = e.k
+	}
+	// Dests are cleaned relative paths without NUL bytes, so NUL can
+	// stand for '/' when sorting.
 	ds := make([]string, 0, len(dests))
 	for d := range dests {
-		ds = append(ds, d)
+		ds = append(ds, strings.ReplaceAll(d, "/", "\x00"))
 	}
 	sort.Strings(ds)
-	for i := 0; i+1 < len(ds); i++ {
-		for j := i + 1; j < len(ds) && strings.HasPrefix(ds[j], ds[i]); j++ {
-			if strings.HasPrefix(ds[j], ds[i]+"/") {
-				for _, e := range ps {
-					if e.key == dests[ds[j]] {
-						p.errorf(e.k, "input %q has dest %q inside dest %q of input %q", dests[ds[j]], ds[j], ds[i], dests[ds[i]])
-					}
-				}
-			}
+	var stack []string // the dests the current one lies in, outermost first
+	for _, k := range ds {
+		d := strings.ReplaceAll(k, "\x00", "/")
+		for len(stack) > 0 && !strings.HasPrefix(d, stack[len(stack)-1]+"/") {
+			stack = stack[:len(stack)-1]
 		}
+		if len(stack) > 0 {
+			outer := stack[len(stack)-1]
+			p.errorf(keyNode[dests[d]], "input %q has dest %q inside dest %q of input %q", dests[d], d, outer, dests[outer])
+		}
+		stack = append(stack, d)
 	}
-	return out
 }
 
 func (p *parser) input(name string, n *yaml.Node) (Input, bool) {
@@ -610,7 +637,7 @@ func (p *parser) enum(n *yaml.Node, what string, values []string) (string, bool)
 		return "", false
 	}
 	if !contains(values, s) {
-		p.errorf(resolve(n), "%s %q is not one of %s%s", what, s, quoteList(values), suggest(s, values))
+		p.errorf(resolve(n), "%s %q is not one of %s%s", what, s, quoteList(values), p.suggest(s, values))
 		return "", false
 	}
 	return s, true

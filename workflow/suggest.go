@@ -3,25 +3,37 @@ package workflow
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // suggest returns ` (did you mean "x"?)` for the candidate closest to word,
 // or "" when none is close enough to be a likely typo.
 func suggest(word string, candidates []string) string {
-	best, bestD := "", -1
-	lw := strings.ToLower(word)
-	for _, c := range candidates {
-		d := editDistance(lw, strings.ToLower(c))
-		if bestD < 0 || d < bestD {
-			best, bestD = c, d
-		}
-	}
-	if bestD < 0 || len(word) > 64 {
+	if len(word) > 64 {
 		return ""
 	}
 	limit := 2
 	if len(word) <= 4 {
 		limit = 1
+	}
+	best, bestD := "", -1
+	lw := strings.ToLower(word)
+	n := utf8.RuneCountInString(lw)
+	for _, c := range candidates {
+		// The distance is at least the difference in length: a candidate
+		// too long or too short is never the one, and is not compared
+		// (a name from the file may be of any length).
+		lc := strings.ToLower(c)
+		if m := utf8.RuneCountInString(lc); m > n+limit || m < n-limit {
+			continue
+		}
+		d := editDistance(lw, lc)
+		if bestD < 0 || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	if bestD < 0 {
+		return ""
 	}
 	if bestD > limit || bestD >= len(word) {
 		return ""

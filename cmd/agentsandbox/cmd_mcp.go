@@ -32,7 +32,8 @@ them, read, write and list their files, and kill them; execution records are
 its resources. It runs its own sandbox manager, set up as serve's (same flags,
 same state directory, the same policy and quotas), so it needs root like serve.
 Its sandboxes end when the client closes the connection (or on SIGINT/SIGTERM),
-and their records are written then.
+and their records are written then. SIGHUP reloads the policy, as for serve;
+decisions are logged to STATE-DIR/serve-decisions.log, as serve's are.
 
 To offer the same tools over HTTP to several clients, run serve instead: it
 serves MCP at /mcp.` + exitStatusHelp,
@@ -48,16 +49,20 @@ serves MCP at /mcp.` + exitStatusHelp,
 }
 
 func runMCP(ctx context.Context, stdio Stdio, opts mcpOptions) error {
+	hup := catchHangup()
+	defer hup.stop()
 	if err := opts.check(); err != nil {
 		return err
 	}
 	if os.Geteuid() != 0 {
 		return withExit(ExitInfra, errors.New("mcp runs sandboxes as namespace jails, which needs root: have the MCP client run it as root (command sudo, args [\"agentsandbox\", \"mcp\"])"))
 	}
-	mgr, store, err := newServeManager(ctx, stdio, opts.serveOptions)
+	mgr, store, closeLog, err := newServeManager(ctx, stdio, opts.serveOptions)
 	if err != nil {
 		return err
 	}
+	defer closeLog()
+	defer hup.reloadPolicy(ctx, stdio, opts.Policy, mgr)()
 	s := mcpserver.New(mgr, toolVersion(), mcpserver.Options{Records: store})
 	return serveMCP(ctx, stdio, s, mgr)
 }

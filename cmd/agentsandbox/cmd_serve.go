@@ -74,9 +74,11 @@ start it removes what a server killed with SIGKILL left behind (as gc does).
 
 Every action in a sandbox (create, exec, file read, write, list, remove,
 snapshot, restore) is judged by the policy's deny_action rules (docs/policy.md)
-and logged to STATE-DIR/serve-decisions.log as OPA decision log events, as is
-the admission of every sandbox's workflow.
-SIGHUP reloads the policy from the same --policy and --policy-data sources.
+and logged to STATE-DIR/serve-decisions.log (0600, appended to) as OPA
+decision log events, as is the admission of every sandbox's workflow.
+SIGHUP reloads the policy from the same --policy and --policy-data sources:
+the next action and create are judged by it, and the sandboxes keep running.
+A policy that fails to load is reported and the one in force stays.
 
 --warm N keeps N sandboxes of the default spec ('{}') opened ahead, and
 --warm-template FILE#STEP=N as many of a template: a create that asks for
@@ -136,6 +138,8 @@ func (opts serveOptions) warmSpecs() ([]sandboxes.WarmSpec, error) {
 }
 
 func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
+	hup := catchHangup() // from the start: one sent while starting must not kill it
+	defer hup.stop()
 	if err := opts.check(); err != nil {
 		return err
 	}
@@ -156,10 +160,12 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 			return usageErrorf("--token-file %s: the token is %d characters; use at least 16 random ones", opts.TokenFile, len(token))
 		}
 	}
-	mgr, store, err := newServeManager(ctx, stdio, opts)
+	mgr, store, closeLog, err := newServeManager(ctx, stdio, opts)
 	if err != nil {
 		return err
 	}
+	defer closeLog()
+	defer hup.reloadPolicy(ctx, stdio, opts.Policy, mgr)()
 	mcpServer := mcpserver.New(mgr, toolVersion(), mcpserver.Options{Records: store})
 	srv, err := server.New(server.Options{Manager: mgr, Token: token, Version: toolVersion(),
 		Logf:  func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
@@ -210,22 +216,24 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 }
 
 // newServeManager opens the state directory, removes what a killed server
-// left, and starts the sandbox manager that serve and mcp share.
-func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (sandboxes.Manager, *record.Store, error) {
+// left, and starts the sandbox manager that serve and mcp share, with its
+// decision log STATE-DIR/serve-decisions.log open; closeLog closes that
+// log, after the manager is closed.
+func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (_ sandboxes.Manager, _ *record.Store, closeLog func(), err error) {
 	warm, err := opts.warmSpecs()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if opts.Templates != "" {
 		abs, err := filepath.Abs(opts.Templates)
 		if err != nil {
-			return nil, nil, usageErrorf("--templates: %v", err)
+			return nil, nil, nil, usageErrorf("--templates: %v", err)
 		}
 		opts.Templates = abs
 	}
 	store, err := openStore(opts.StateDir)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	runRoot := filepath.Join(store.Dir(), "runs")
 	// What a server (or an apply) killed with SIGKILL left: its sandboxes
@@ -240,7 +248,7 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (sandb
 	host := engine.ProbeHost(ctx, kvmProbeFor("auto"))
 	pol, err := loadPolicy(ctx, opts.Policy, "")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// The manager fetches inputs from --templates: the operator's
 	// workflows as apply would, an API caller's inline ones under the
@@ -252,6 +260,15 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (sandb
 	if vmb := vmBackend(host, "", func(line string) { fmt.Fprintf(stdio.Err, "warning: %s\n", line) }); vmb != nil {
 		backends[workflow.IsolationVM] = vmb
 	}
+	dlog, err := openDecisionLog(store.Dir())
+	if err != nil {
+		return nil, nil, nil, withExit(ExitInfra, err)
+	}
+	defer func() {
+		if err != nil {
+			dlog.Close()
+		}
+	}()
 	mo := sandboxes.Options{
 		Engine: engine.Options{
 			Jobs: 1, Host: host, Store: store, RunRoot: runRoot,
@@ -261,7 +278,8 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (sandb
 		Inputs:      fetcher,
 		TemplateDir: opts.Templates, MaxSandboxes: opts.MaxSandboxes, MaxRuns: opts.MaxRuns, Warm: warm,
 		DefaultTTL: opts.DefaultTTL, DefaultIdle: opts.DefaultIdle,
-		Logf: func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
+		Logf:        func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
+		DecisionLog: dlog,
 	}
 	if host.Nix {
 		mo.Realiser = func(w *workflow.Workflow, path string) engine.RealiseFunc {
@@ -271,12 +289,76 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (sandb
 	}
 	mgr, err := sandboxes.New(mo)
 	if sandboxes.CodeOf(err) == sandboxes.CodeBadRequest { // a warm pool's spec
-		return nil, nil, withExit(ExitInvalid, err)
+		return nil, nil, nil, withExit(ExitInvalid, err)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return mgr, store, nil
+	return mgr, store, func() { dlog.Close() }, nil
+}
+
+// openDecisionLog opens STATE-DIR/serve-decisions.log to append to,
+// made 0600 when it is new. Anything there but a regular file (a symlink,
+// a FIFO that would block the server) is refused.
+func openDecisionLog(stateDir string) (*os.File, error) {
+	path := filepath.Join(stateDir, decisionLogName)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open the decision log: %w", err)
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("%s is a %s, not a regular file; move it away", path, st.Mode().Type())
+		}
+		return nil, fmt.Errorf("open the decision log: %w", err)
+	}
+	return f, nil
+}
+
+// hangup catches SIGHUP, whose default would end the process and leave
+// its sandboxes (netns, mounts, loop devices, run directories) behind.
+type hangup chan os.Signal
+
+func catchHangup() hangup {
+	h := make(hangup, 1)
+	signal.Notify(h, syscall.SIGHUP)
+	return h
+}
+
+func (h hangup) stop() { signal.Stop(h) }
+
+// reloadPolicy reloads mgr's policy from the sources opts names on every
+// SIGHUP, until the returned function is called (which waits for a reload
+// under way). A policy that fails to load keeps the one in force.
+func (h hangup) reloadPolicy(ctx context.Context, stdio Stdio, opts policyOptions, mgr sandboxes.Manager) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-done:
+				return
+			case <-h:
+			}
+			setter, ok := mgr.(sandboxes.PolicySetter)
+			if !ok {
+				fmt.Fprintln(stdio.Err, "SIGHUP: this server cannot replace its policy")
+				continue
+			}
+			pol, err := loadPolicy(ctx, opts, "")
+			if err != nil {
+				fmt.Fprintf(stdio.Err, "SIGHUP: policy reload failed; the policy in force stays: %v\n", err)
+				continue
+			}
+			setter.SetPolicy(pol)
+			fmt.Fprintf(stdio.Err, "SIGHUP: policy reloaded (bundle %s)\n", pol.BundleDigest())
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
 }
 
 // addManagerFlags adds the flags of the sandbox manager serve and mcp share.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func writeFile(t *testing.T, name, content string) string {
@@ -79,5 +80,20 @@ func TestValidateMissingFileAndUsage(t *testing.T) {
 	}
 	if code, _, _ := run(t, "validate"); code != ExitInvalid {
 		t.Errorf("no arguments: exit %d, want %d", code, ExitInvalid)
+	}
+}
+
+// TestValidateAliasBomb: a workflow of a few hundred bytes whose nested
+// merge keys would repeat a value 9^8 times is refused at once, at the
+// alias that goes over the budget (it took validate 24 s at depth 8).
+func TestValidateAliasBomb(t *testing.T) {
+	start := time.Now()
+	code, stdout, stderr := run(t, "validate", "../../workflow/testdata/bad/alias-bomb.yaml")
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("validate took %v", took)
+	}
+	want := "../../workflow/testdata/bad/alias-bomb.yaml:10:32: with this alias *m4, YAML aliases and merge keys (<<) repeat more than 100000 nodes"
+	if code != ExitInvalid || !strings.Contains(stderr, want) {
+		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant %q", code, stdout, stderr, want)
 	}
 }
