@@ -52,6 +52,7 @@ func changedRecord(t *testing.T) (a, b *Record) {
 	b.Policy.Warn = []string{"w1", "w3"}
 	b.Policy.EvalTimeNs = 30000
 	b.Host.Kernel = "6.6.0"
+	a.Host.Nix, b.Host.Nix = "nix (Nix) 2.8.0", "nix (Nix) 2.26.3" // the Nix that realised the closures
 	var data Input
 	for _, in := range b.Inputs {
 		if in.Name == "data" {
@@ -164,7 +165,7 @@ func TestDiffSections(t *testing.T) {
 	if got := strings.Join(inputs, ","); got != "code removed,data changed,extra added" {
 		t.Errorf("inputs %s", got)
 	}
-	if got := fields(d.Host); got != "kernel" {
+	if got := fields(d.Host); got != "kernel,nix" {
 		t.Errorf("host %s", got)
 	}
 	var steps []string
