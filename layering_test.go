@@ -170,6 +170,7 @@ var testSupport = []string{
 	module + "/internal/fakesandboxes",
 	module + "/internal/serverproc",
 	module + "/internal/otlptest",
+	module + "/internal/nartest",
 }
 
 // TestTestSupportOnlyInTests: no product package imports test support

@@ -250,8 +250,6 @@ func TestEgressEndToEnd(t *testing.T) {
 func exportOutputs(t *testing.T, store *record.Store, id record.ID) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "export")
-	if _, err := store.Export(id, dir); err != nil {
-		t.Fatal(err)
-	}
+	exportTo(t, store, id, dir)
 	return dir
 }

@@ -161,9 +161,7 @@ func TestRunPassesOutputsAndRecords(t *testing.T) {
 		t.Fatalf("verify: %v %v", problems, err)
 	}
 	out := filepath.Join(f.dir, "export")
-	if _, err := f.store.Export(res.ID, out); err != nil {
-		t.Fatal(err)
-	}
+	exportTo(t, f.store, res.ID, out)
 	b, err := os.ReadFile(filepath.Join(out, "report", "out", "report.txt"))
 	if err != nil || string(b) != "double is 6\n" {
 		t.Fatalf("exported report: %q %v", b, err)

@@ -123,9 +123,7 @@ func TestRunSpans(t *testing.T) {
 
 	// The job saw its step span's context, and no TRACESTATE (empty).
 	out := filepath.Join(f.dir, "export")
-	if _, err := f.store.Export(res.ID, out); err != nil {
-		t.Fatal(err)
-	}
+	exportTo(t, f.store, res.ID, out)
 	tp, _ := os.ReadFile(filepath.Join(out, "echo", "tp.txt"))
 	want := "00-" + echo.SpanContext().TraceID().String() + "-" + echo.SpanContext().SpanID().String() + "-01"
 	if string(tp) != want {
@@ -148,9 +146,7 @@ func TestRunWithoutTracing(t *testing.T) {
 		t.Errorf("record traceId %q without tracing", res.Record.TraceID)
 	}
 	out := filepath.Join(f.dir, "export")
-	if _, err := f.store.Export(res.ID, out); err != nil {
-		t.Fatal(err)
-	}
+	exportTo(t, f.store, res.ID, out)
 	if tp, err := os.ReadFile(filepath.Join(out, "echo", "tp.txt")); err != nil || len(tp) != 0 {
 		t.Errorf("the job's TRACEPARENT %q (%v), want empty", tp, err)
 	}
@@ -203,9 +199,7 @@ func TestRunUnsampled(t *testing.T) {
 		t.Errorf("record traceId %q of an unsampled trace", res.Record.TraceID)
 	}
 	out := filepath.Join(f.dir, "export")
-	if _, err := f.store.Export(res.ID, out); err != nil {
-		t.Fatal(err)
-	}
+	exportTo(t, f.store, res.ID, out)
 	tpv, _ := os.ReadFile(filepath.Join(out, "echo", "tp.txt"))
 	if !strings.HasPrefix(string(tpv), "00-"+root.SpanContext().TraceID().String()+"-") || !strings.HasSuffix(string(tpv), "-00") {
 		t.Errorf("the job's TRACEPARENT %q, want the trace with flags 00", tpv)

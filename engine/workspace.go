@@ -5,6 +5,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -70,10 +71,15 @@ func placements(step workflow.Step, inputDirs map[string]string, inputs map[stri
 		}
 	}
 	sort.Slice(ps, func(i, j int) bool { return ps[i].To < ps[j].To })
-	for i := 1; i < len(ps); i++ {
-		a, b := ps[i-1], ps[i]
-		if a.To == b.To || strings.HasPrefix(b.To, a.To+"/") {
-			return nil, fmt.Errorf("step %q: %s and %s both land at %q in the workspace: give one of them another dest or path", step.Name, a.What, b.What, b.To)
+	// Sorted, a path's nested paths follow it, but not always next to it:
+	// "a-c" sorts between "a" and "a/b". Compare each with every path
+	// after it that it prefixes.
+	for i := range ps {
+		for j := i + 1; j < len(ps) && strings.HasPrefix(ps[j].To, ps[i].To); j++ {
+			a, b := ps[i], ps[j]
+			if a.To == b.To || strings.HasPrefix(b.To, a.To+"/") {
+				return nil, fmt.Errorf("step %q: %s and %s both land at %q in the workspace: give one of them another dest or path", step.Name, a.What, b.What, b.To)
+			}
 		}
 	}
 	return ps, nil
@@ -84,83 +90,91 @@ func placements(step workflow.Step, inputDirs map[string]string, inputs map[stri
 //
 // A needed step's output is restored from the NAR stored when that step
 // ended, never read from that step's workspace, which its job controlled:
-// the next step gets exactly what the record pins. The chown goes through
-// jobfs: ws itself must be a directory, not a symlink, and no symlink
-// beneath it is followed.
+// the next step gets exactly what the record pins. Every write goes through
+// jobfs beneath ws, never through a symlink: a symlink that one placement
+// brings (an input's, or one in an output the previous job made) cannot
+// redirect the next placement out of the workspace, even if placements'
+// nesting check were bypassed. The chown goes through jobfs too: ws itself
+// must be a directory, not a symlink, and no symlink beneath it is
+// followed.
 func assemble(store *record.Store, ws string, ps []placement, uid, gid int) error {
+	root, err := jobfs.Open(ws)
+	if err != nil {
+		return fmt.Errorf("open the workspace: %w", err)
+	}
+	defer root.Close()
+	dst := root.Restorer(-1, -1)
 	for _, p := range ps {
-		dst := filepath.Join(ws, filepath.FromSlash(p.To))
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return fmt.Errorf("place %s: %w", p.What, err)
-		}
 		if p.From == "" {
 			if p.Digest == (record.Digest{}) {
 				return fmt.Errorf("place %s: no stored NAR for it", p.What)
 			}
-			if err := store.RestoreNAR(record.NarHash(p.Digest), dst); err != nil {
+			if err := store.RestoreNAR(record.NarHash(p.Digest), dst, p.To); err != nil {
 				return fmt.Errorf("place %s at %q: %w", p.What, p.To, err)
 			}
 			continue
 		}
-		if err := copyTree(p.From, dst); err != nil {
+		if err := copyTree(p.From, dst, p.To); err != nil {
 			return fmt.Errorf("place %s at %q: %w", p.What, p.To, err)
 		}
 	}
 	if os.Geteuid() != 0 {
 		return nil // an unprivileged caller runs jobs as itself
 	}
-	root, err := jobfs.Open(ws)
-	if err != nil {
-		return fmt.Errorf("give the workspace to uid %d: %w", uid, err)
-	}
-	defer root.Close()
 	if err := root.LchownAll(".", uid, gid); err != nil {
 		return fmt.Errorf("give the workspace to uid %d: %w", uid, err)
 	}
 	return nil
 }
 
-// copyTree copies a file, symlink or directory tree from src to dst,
-// keeping permission bits and symlinks as they are. src is a fetched input,
-// which the host made, never a path a job controlled.
-func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+// copyTree copies a file, symlink or directory tree from the host path src
+// to rel beneath dst, keeping permission bits and symlinks as they are
+// (a symlink is copied as a symlink, never followed, src itself included).
+// src is a fetched input, which the host made; dst is written through
+// jobfs, never through a symlink, and nothing there is replaced.
+func copyTree(src string, dst *jobfs.Restorer, rel string) error {
+	if dir := path.Dir(rel); dir != "." {
+		if err := dst.MkdirAll(dir); err != nil {
+			return err
+		}
+	}
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(src, path)
+		sub, err := filepath.Rel(src, p)
 		if err != nil {
 			return err
 		}
-		target := filepath.Join(dst, rel)
+		target := path.Join(rel, filepath.ToSlash(sub))
 		info, err := d.Info()
 		if err != nil {
 			return err
 		}
 		switch {
 		case d.IsDir():
-			return os.MkdirAll(target, info.Mode().Perm()|0o700)
+			return dst.Mkdir(target, info.Mode().Perm()|0o700)
 		case d.Type()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(path)
+			link, err := os.Readlink(p)
 			if err != nil {
 				return err
 			}
-			return os.Symlink(link, target)
+			return dst.Symlink(link, target)
 		case d.Type().IsRegular():
-			return copyFile(path, target, info.Mode().Perm())
+			return copyFile(p, dst, target, info.Mode().Perm())
 		default:
-			return fmt.Errorf("%s: not a regular file, directory or symlink", path)
+			return fmt.Errorf("%s: not a regular file, directory or symlink", p)
 		}
 	})
 }
 
-func copyFile(src, dst string, perm fs.FileMode) error {
+func copyFile(src string, dst *jobfs.Restorer, rel string, perm fs.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	out, err := dst.Create(rel, perm)
 	if err != nil {
 		return err
 	}

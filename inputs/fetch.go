@@ -58,6 +58,7 @@ import (
 
 	getter "github.com/hashicorp/go-getter/v2"
 
+	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -577,14 +578,22 @@ func removeGitDirs(root string) error {
 	return nil
 }
 
-// place puts the stored content of res at dst.
+// place puts the stored content of res at dst. A tree is restored from its
+// NAR beneath dst's parent through jobfs: what the NAR holds (it may come
+// from a store received from elsewhere) is written without following any
+// symlink, and a NAR that is not a well-formed tree is refused.
 func (f *Fetcher) place(res Fetched, source, dst string) error {
-	if res.Input.Format == record.FormatNAR {
-		return f.Store.RestoreNAR(record.NarHash(res.Input.Digest), dst)
-	}
 	parent := filepath.Dir(dst)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return err
+	}
+	if res.Input.Format == record.FormatNAR {
+		root, err := jobfs.OpenRestorer(parent)
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		return f.Store.RestoreNAR(record.NarHash(res.Input.Digest), root, filepath.Base(dst))
 	}
 	stage, err := os.MkdirTemp(parent, ".tmp-input-*")
 	if err != nil {

@@ -1,6 +1,7 @@
 package inputs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	nt "github.com/agentsandbox/agentsandbox/internal/nartest"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -66,5 +68,83 @@ func TestPlaceStored(t *testing.T) {
 	}
 	if err := f.PlaceStored(file.Input, "data.txt", filepath.Join(out, "gone")); !errors.Is(err, record.ErrBlobMissing) {
 		t.Errorf("missing blob: %v, want ErrBlobMissing", err)
+	}
+}
+
+// TestPlaceStoredRefusesForgedNARs: a tree input whose NAR came from a
+// store received from elsewhere (a record's input, a git ref) is placed
+// without following any symlink it holds, and a NAR that is not a
+// well-formed tree is refused whole: nothing at dst, nothing beside it,
+// nothing outside.
+func TestPlaceStoredRefusesForgedNARs(t *testing.T) {
+	f := newFetcher(t)
+	outside := t.TempDir()
+	put := func(n nt.Node) record.Digest {
+		d, _, err := f.Store.PutBlob(bytes.NewReader(n.Bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for _, c := range []struct {
+		name string
+		nar  nt.Node
+		want string
+	}{
+		{"a symlink out, then a directory of the same name",
+			nt.Dir(nt.E("x", nt.Symlink(outside)), nt.E("x", nt.Dir(nt.E("file", nt.File("pwned"))))), `entry "/x" repeats`},
+		{"a name .", nt.Dir(nt.E("a", nt.Dir(nt.E(".", nt.Symlink(outside))))), `entry "/a" repeats`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := record.Input{Name: "tree", Format: record.FormatNAR, Digest: put(c.nar)}
+			parent := t.TempDir()
+			err := f.PlaceStored(in, "tree", filepath.Join(parent, "content"))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("PlaceStored: %v, want an error with %q", err, c.want)
+			}
+			if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+				t.Errorf("left %v beside dst", entries)
+			}
+			if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+				t.Fatalf("wrote outside: %v", entries)
+			}
+		})
+	}
+
+	// A well-formed NAR holding a symlink out, or being one, is placed with
+	// the symlink as a symlink.
+	for name, n := range map[string]nt.Node{
+		"holding a symlink": nt.Dir(nt.E("x", nt.Symlink(outside))),
+		"a symlink":         nt.Symlink(outside),
+	} {
+		dst := filepath.Join(t.TempDir(), "content")
+		in := record.Input{Name: "tree", Format: record.FormatNAR, Digest: put(n)}
+		if err := f.PlaceStored(in, "tree", dst); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		link := dst
+		if name == "holding a symlink" {
+			link = filepath.Join(dst, "x")
+		}
+		if target, err := os.Readlink(link); err != nil || target != outside {
+			t.Errorf("%s: %s is %q, %v; want a symlink to %s", name, link, target, err, outside)
+		}
+	}
+
+	// A git commit whose ref names a forged NAR is refused the same way.
+	commit := strings.Repeat("ab", 20)
+	if err := f.Store.PutRef("git", commit, put(nt.Dir(nt.E("x", nt.Symlink(outside)), nt.E("x", nt.File("pwned"))))); err != nil {
+		t.Fatal(err)
+	}
+	parent := t.TempDir()
+	_, err := f.Fetch(context.Background(), workflow.Input{Name: "code", Kind: workflow.InputGit, Source: "git::file:///nonexistent", Commit: commit}, t.TempDir(), filepath.Join(parent, "content"))
+	if err == nil || !strings.Contains(err.Error(), `entry "/x" repeats`) {
+		t.Errorf("git input from a forged ref: %v", err)
+	}
+	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+		t.Errorf("left %v beside dst", entries)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Fatalf("wrote outside: %v", entries)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/nix-community/go-nix/pkg/nar"
+
+	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 )
 
 func BenchmarkEncode(b *testing.B) {
@@ -135,5 +137,51 @@ func BenchmarkRunWrites(b *testing.B) {
 		if _, err := s.Put(r); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// manyFiles is a tree of 4,096 small files in 64 directories three deep:
+// what a restore pays per entry.
+func manyFiles(b *testing.B) string {
+	dir := b.TempDir()
+	for i := range 4096 {
+		p := filepath.Join(dir, "a", fmt.Sprintf("d%02d", i%64), "e", fmt.Sprintf("f%04d", i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(p), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// BenchmarkRestoreNAR restores a 64 MiB tree of 64 files, and a tree of
+// 4,096 small files, through jobfs.Restorer (openat2 per entry).
+func BenchmarkRestoreNAR(b *testing.B) {
+	big, _ := benchTree(b)
+	for name, dir := range map[string]string{"64x1MiB": big, "4096-small": manyFiles(b)} {
+		b.Run(name, func(b *testing.B) {
+			s, err := OpenStore(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			h, _, err := s.PutNAR(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			dst, err := jobfs.OpenRestorer(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer dst.Close()
+			i := 0
+			for b.Loop() {
+				i++
+				if err := s.RestoreNAR(h, dst, fmt.Sprintf("out%d", i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

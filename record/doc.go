@@ -11,6 +11,12 @@
 // and re-hashes on every read, so an edited byte is reported as a
 // "hash mismatch" instead of being believed.
 //
+// Restores (RestoreNAR, Export) write through a RestoreDir, which must
+// resolve every path beneath its directory without following a symlink;
+// internal/jobfs.Restorer is the one that does, with openat2. A NAR must be
+// a well-formed tree, and a record whose outputs nest or leave their
+// directory is refused (OutputLayout).
+//
 // The format is documented in docs/records.md and versioned by Version.
 //
 // This package is part of the pure core: it must not import vmrunner, netns,

@@ -24,7 +24,7 @@ func TestRestoreNARRefusesTornNAR(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), "out")
-	if err := s.RestoreNAR(h, dst); err != nil {
+	if err := restoreAt(t, s, h, dst); err != nil {
 		t.Fatalf("whole nar: %v", err)
 	}
 	os.RemoveAll(dst)
@@ -35,7 +35,7 @@ func TestRestoreNARRefusesTornNAR(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = s.RestoreNAR(NarHash(d), dst)
+		err = restoreAt(t, s, NarHash(d), dst)
 		if err == nil {
 			t.Fatalf("a nar cut at %d of %d bytes was restored", n, len(whole))
 		}
@@ -47,7 +47,7 @@ func TestRestoreNARRefusesTornNAR(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RestoreNAR(NarHash(d), dst); err == nil {
+	if err := restoreAt(t, s, NarHash(d), dst); err == nil {
 		t.Fatal("a nar with bytes after its end was restored")
 	}
 }
@@ -66,10 +66,13 @@ func TestUnpackNARStoppedEarlyLeavesNoGoroutine(t *testing.T) {
 		big[name] = string(bytes.Repeat([]byte(name), 256<<10))
 	}
 	h := putTree(t, s, big)
-	root := t.TempDir() // exists: the first entry's Mkdir fails
+	dir := openRestorer(t, t.TempDir())
+	if err := dir.Mkdir("root", 0o755); err != nil { // exists: the first entry's Mkdir fails
+		t.Fatal(err)
+	}
 	before := runtime.NumGoroutine()
 	for i := 0; i < 50; i++ {
-		if err := s.unpackNAR(h, root); !errors.Is(err, os.ErrExist) {
+		if err := s.unpackNAR(h, dir, "root"); !errors.Is(err, os.ErrExist) {
 			t.Fatalf("unpack into an existing root: %v", err)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 )
 
 // Problem is one thing Verify found wrong.
@@ -25,7 +24,10 @@ func (p Problem) String() string {
 // file, each input, each step's job spec, logs and outputs, and the policy
 // decision log (which must hold the record's admission decision). It
 // returns one Problem per mismatch or missing blob, naming it; none means
-// the record and its blobs are exactly as written. Zero digests mean "not present"
+// the record and its blobs are exactly as written. Outputs that cannot all
+// be restored beneath one directory (OutputLayout: nested, at one path, or
+// leaving it) are a Problem each, wrapping ErrOutputLayout, with the record's
+// file as its Path. Zero digests mean "not present"
 // (a step that never ran has no logs) and are not checked. Closures live in
 // the Nix store and are not checked here.
 //
@@ -75,6 +77,9 @@ func (s *Store) Verify(id ID) ([]Problem, error) {
 			check(pre+"network log", st.Network.Log, st.Network.Log.String())
 		}
 	}
+	for _, p := range OutputLayout(r) {
+		problems = append(problems, Problem{What: "step " + p.Step + ": output " + p.Path, Digest: p.NarHash.String(), Path: s.RecordPath(id), Err: p.Err})
+	}
 	if r.Policy != nil && r.Policy.DecisionLog != nil {
 		check("policy decision log", *r.Policy.DecisionLog, r.Policy.DecisionLog.String())
 		if checked[*r.Policy.DecisionLog] == nil {
@@ -106,31 +111,6 @@ func (s *Store) Verify(id ID) ([]Problem, error) {
 func fileExists(p string) bool {
 	_, err := os.Lstat(p)
 	return err == nil
-}
-
-// Export restores every output of record id from its NAR into
-// DIR/<step>/<output path> and returns the paths it created. Each NAR is
-// checked against its hash before it appears; an existing target is an
-// error, never overwritten.
-func (s *Store) Export(id ID, dir string) ([]string, error) {
-	r, err := s.Get(id)
-	if err != nil {
-		return nil, fmt.Errorf("export %s: %w", id, err)
-	}
-	var done []string
-	for _, st := range r.Steps {
-		for _, o := range st.Outputs {
-			if !filepath.IsLocal(st.Name) || !filepath.IsLocal(o.Path) {
-				return done, fmt.Errorf("export %s: step %q output %q is not a relative path inside the export directory", id, st.Name, o.Path)
-			}
-			dst := filepath.Join(dir, st.Name, o.Path)
-			if err := s.RestoreNAR(o.NarHash, dst); err != nil {
-				return done, fmt.Errorf("export %s: step %s output %s: %w", id, st.Name, o.Path, err)
-			}
-			done = append(done, dst)
-		}
-	}
-	return done, nil
 }
 
 // Action reads a sandbox entry's content from its blob, verified.

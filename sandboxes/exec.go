@@ -307,6 +307,10 @@ func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(
 		<-x.done
 	}
 	<-x.done
+	// Its entry is in the record before the caller can act again, so the
+	// record lists actions in the order they happened (a restore right
+	// after an exec comes after it).
+	<-x.recorded
 	b.touch()
 	return x.info(id), nil
 }

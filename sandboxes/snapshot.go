@@ -106,7 +106,9 @@ func (m *manager) Restore(ctx context.Context, id, snap string) (Info, error) {
 
 // restore replaces the workspace with the snapshot's tree: unpacked and
 // checked in a directory of the host's first, then the workspace emptied
-// and the tree copied in beneath its root, never through a symlink.
+// and the tree copied in beneath its root, never through a symlink. Both
+// writes go through jobfs: neither a symlink the snapshot holds nor one a
+// process of the sandbox plants meanwhile is ever followed.
 func (b *box) restore(m *manager, snap string) error {
 	b.mu.Lock()
 	for _, x := range b.execs {
@@ -128,7 +130,7 @@ func (b *box) restore(m *manager, snap string) error {
 	}
 	defer os.RemoveAll(scratch)
 	tree := filepath.Join(scratch, "tree")
-	if err := store.RestoreNAR(h, tree); err != nil {
+	if err := restoreScratch(store, h, scratch); err != nil {
 		return &Error{Code: CodeInternal, Message: "restore: " + err.Error(), Err: err}
 	}
 	root, err := jobfs.Open(sb.Workspace)
@@ -195,4 +197,15 @@ func (b *box) restore(m *manager, snap string) error {
 	d := h.Blob()
 	b.addEntry(record.Action{Kind: "restore", Time: time.Now().UTC(), File: &d}, "restore "+d.String())
 	return nil
+}
+
+// restoreScratch unpacks snapshot h at scratch/tree, beneath scratch and
+// never through a symlink, refusing a NAR that is not a well-formed tree.
+func restoreScratch(store *record.Store, h record.NarHash, scratch string) error {
+	root, err := jobfs.OpenRestorer(scratch)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return store.RestoreNAR(h, root, "tree")
 }

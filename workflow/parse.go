@@ -810,15 +810,28 @@ func (p *parser) step(n *yaml.Node, index int) *stepSpec {
 		s.inputs = p.strList(e.v, what+" inputs", "[dataset]", nil)
 	}
 	if e, ok := f["outputs"]; ok {
-		for _, r := range p.strList(e.v, what+" outputs", "[results/, model.bin]", func(v string, node *yaml.Node) (string, bool) {
+		refs := p.strList(e.v, what+" outputs", "[results/, model.bin]", func(v string, node *yaml.Node) (string, bool) {
 			c, err := cleanRelPath(v)
 			if err != nil {
 				p.errorf(node, "%s output %q %v", what, v, err)
 				return "", false
 			}
 			return c, true
-		}) {
+		})
+		for _, r := range refs {
 			s.outputs = append(s.outputs, r.name)
+		}
+		// An output is the whole tree beneath it: one inside another is
+		// stored twice, and restoring both (records export, a step that
+		// needs them) would write the inner one through the outer.
+		sorted := append([]ref(nil), refs...)
+		sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].name < sorted[j].name })
+		for i := range sorted {
+			for j := i + 1; j < len(sorted) && strings.HasPrefix(sorted[j].name, sorted[i].name); j++ {
+				if strings.HasPrefix(sorted[j].name, sorted[i].name+"/") {
+					p.errorf(sorted[j].node, "%s output %q lies inside its output %q: an output keeps the whole tree beneath it, so list only %q", what, sorted[j].name, sorted[i].name, sorted[i].name)
+				}
+			}
 		}
 	}
 	if e, ok := f["deterministic"]; ok {

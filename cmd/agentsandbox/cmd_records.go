@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 	"github.com/agentsandbox/agentsandbox/record"
 )
 
@@ -73,7 +77,7 @@ the files and NAR hashes of the record's outputs in the store now.` + exitStatus
 	verify.Flags().StringVar(&opts.Key, "key", "", "the public key (PKIX PEM) the attestation must be signed with")
 	export := &cobra.Command{
 		Use: "export ID --to DIR", Short: "Restore a run's outputs from their NARs into DIR/STEP/PATH", Args: cobra.ExactArgs(1),
-		Long:    "export restores every declared output of the run from its NAR in the blob store\n(verified on the way) into DIR/STEP/PATH, never overwriting." + exitStatusHelp,
+		Long:    "export restores every declared output of the run from its NAR in the blob store\n(verified on the way) into DIR/STEP/PATH, never overwriting and never writing\nthrough a symlink. A record whose outputs nest, share a path or leave DIR\n(records verify calls them unsafe) is refused before anything is written." + exitStatusHelp,
 		Example: "  agentsandbox records export 1b9x --to out/\n  nix hash path out/train/model.bin   # equals the record's narHash",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// Checked here, not with cobra's MarkFlagRequired, whose error
@@ -231,7 +235,11 @@ func runRecordsVerify(ctx context.Context, stdio Stdio, opts recordsOptions, arg
 		return err
 	}
 	for _, p := range problems {
-		fmt.Fprintf(stdio.Err, "mismatch: %s\n", p)
+		label := "mismatch"
+		if errors.Is(p.Err, record.ErrOutputLayout) {
+			label = "unsafe" // blobs intact, but export would be refused
+		}
+		fmt.Fprintf(stdio.Err, "%s: %s\n", label, p)
 	}
 	n := len(problems)
 	if opts.Attestation != "" {
@@ -253,12 +261,30 @@ func runRecordsExport(_ context.Context, stdio Stdio, opts recordsOptions, args 
 	if err != nil {
 		return err
 	}
-	paths, err := s.Export(id, opts.To)
+	// --to is the caller's own path: a symlink in it is theirs to follow.
+	// Beneath it, jobfs follows none (what an output restored included).
+	if err := os.MkdirAll(opts.To, 0o755); err != nil {
+		return fmt.Errorf("records export: %w", err)
+	}
+	to, err := filepath.EvalSymlinks(opts.To)
 	if err != nil {
-		return err
+		return fmt.Errorf("records export: %w", err)
 	}
+	dst, err := jobfs.OpenRestorer(to)
+	if err != nil {
+		return fmt.Errorf("records export: %w", err)
+	}
+	defer dst.Close()
+	paths, err := s.Export(id, dst)
 	for _, p := range paths {
-		fmt.Fprintln(stdio.Out, p)
+		fmt.Fprintln(stdio.Out, filepath.Join(opts.To, filepath.FromSlash(p)))
 	}
-	return nil
+	if errors.Is(err, jobfs.ErrSymlink) {
+		err = fmt.Errorf("%w (export writes nothing through a symlink: export into a new, empty --to)", err)
+	}
+	if errors.Is(err, record.ErrOutputLayout) || errors.Is(err, record.ErrHashMismatch) || errors.Is(err, jobfs.ErrSymlink) {
+		// The store holds what no honest run wrote: a check failed.
+		return withExit(ExitStepFailed, err)
+	}
+	return err
 }

@@ -1,6 +1,8 @@
 // Package jobfs reads what a job controls: paths beneath a workspace or
 // control root, never through a symlink, only regular files, directories and
-// symlinks, sizes bounded.
+// symlinks, sizes bounded. Its writing half (Root's write methods, and
+// Restorer for restores from the record store) creates entries beneath a
+// root the same way, never through a symlink and never over an entry.
 //
 // Everything inside a workspace, a control directory or a guest share is
 // hostile: the job may have replaced any component of a path with a symlink
