@@ -46,6 +46,9 @@ type Manager struct {
 	// Now is the clock (time.Now when nil); tests move it to expire
 	// sandboxes.
 	Now func() time.Time
+	// LogLimit is how much of each exec's stream is kept to be read later
+	// (sandboxes.DefaultLogLimit when 0), as the real manager's option.
+	LogLimit int64
 
 	dir string
 
@@ -226,7 +229,11 @@ func (sb *sandbox) stop(why string) {
 	}
 	for _, e := range sb.execs {
 		e.kill(false)
+		e.unpin()
 	}
+	// As the real manager, a stopped sandbox's execs are let go: their
+	// output is in its record.
+	sb.execs = map[string]*execState{}
 	sb.root.Close()
 	sum := sha256.Sum256([]byte("fake record of " + sb.info.ID))
 	sb.info.State = sandboxes.StateStopped
