@@ -29,9 +29,9 @@ type fakeSession struct {
 }
 
 func (f *fakeSession) Events() <-chan guest.SessionEvent { return f.events }
-func (f *fakeSession) WriteStdin([]byte) error            { return nil }
-func (f *fakeSession) CloseStdin() error                  { return nil }
-func (f *fakeSession) Signal(string) error                { return nil }
+func (f *fakeSession) WriteStdin([]byte) error           { return nil }
+func (f *fakeSession) CloseStdin() error                 { return nil }
+func (f *fakeSession) Signal(string) error               { return nil }
 func (f *fakeSession) Close() error {
 	f.once.Do(func() { close(f.closed) })
 	return nil
