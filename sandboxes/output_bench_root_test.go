@@ -211,7 +211,7 @@ func patternSum(line string, n int64) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-const benchLine = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ+/\n" // 64 bytes
+const benchLine = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ+/\n" // 65 bytes
 
 // BenchmarkServeOutputCPU: one foreground exec that writes 128 MiB of
 // text to stdout as fast as it can, through a real serve process, read
