@@ -9,7 +9,10 @@
 //
 // What it does honour is the contract of sandboxes.Manager: ids, labels,
 // lifetimes (TTL and idle timeout, checked lazily), foreground execs with
-// ordered events, background execs with kept output read from offsets,
+// ordered events (the command waits for its reader, as the real one does),
+// background execs with kept output read from offsets (the first LogLimit
+// bytes of each stream in a file, the newest in memory, a gap event for
+// the rest),
 // signals to the exec's process group, timeouts, files confined to the
 // sandbox's directory with os.Root, and the same error codes a real
 // manager answers with (not_found, conflict, bad_request, too_large,
