@@ -498,9 +498,6 @@ func (b *box) recordExec(x *execState, envNames []string) {
 		b.m.o.Logf("sandbox %s: exec %s: its output is not all in the record: %v", b.id, x.id, errors.Join(diskErrs...))
 	}
 	b.addEntry(a, summary)
-	close(x.recorded)
-	x.release()
-
 	b.mu.Lock()
 	b.ended = append(b.ended, x.id)
 	if len(b.ended) > maxEndedExecs {
@@ -508,6 +505,8 @@ func (b *box) recordExec(x *execState, envNames []string) {
 		b.ended = b.ended[1:]
 	}
 	b.mu.Unlock()
+	close(x.recorded)
+	x.release()
 }
 
 // maxEndedExecs bounds the ended execs a sandbox keeps (their state and
