@@ -93,3 +93,34 @@ func TestKeptOutput(t *testing.T) {
 		t.Errorf("past the end: %q", b)
 	}
 }
+
+// TestForegroundEveryByte: as with the real manager, a foreground reader
+// slower than its command gets every byte: past what is kept on disk the
+// command waits for it.
+func TestForegroundEveryByte(t *testing.T) {
+	m := New(t.TempDir())
+	m.LogLimit = 1000
+	ctx := context.Background()
+	sb, err := m.Create(ctx, sandboxes.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 24 << 20
+	var next int64
+	info, err := m.Exec(ctx, sb.ID, sandboxes.ExecRequest{Shell: "yes | head -c 25165824"}, func(ev sandboxes.ExecEvent) error {
+		switch ev.Type {
+		case sandboxes.EventStdout:
+			if ev.Offset != next || strings.Trim(ev.Text, "y\n") != "" {
+				t.Fatalf("an event at %d (want %d) of %d bytes", ev.Offset, next, len(ev.Text))
+			}
+			next += int64(len(ev.Text))
+			time.Sleep(200 * time.Microsecond)
+		case sandboxes.EventGap:
+			t.Fatalf("a foreground reader got a gap: %+v", ev)
+		}
+		return nil
+	})
+	if err != nil || next != size || info.Exit == nil {
+		t.Fatalf("got %d of %d bytes: %+v %v", next, size, info, err)
+	}
+}
