@@ -31,8 +31,9 @@ import (
 // holds in memory (a power of two).
 const OutputWindow = 1 << 20
 
-// ring holds the newest bytes of a stream, at most max, at their offset
-// modulo the buffer's length. The buffer grows by doubling up to max, so
+// ring holds the newest bytes of a stream, at most OutputWindow, at their
+// offset modulo the buffer's length. The buffer grows by doubling up to
+// OutputWindow, so
 // appending costs amortised O(1) per byte and a quiet command holds
 // little.
 type ring struct {
@@ -96,7 +97,7 @@ func (r *ring) free() {
 }
 
 // outStream is one output stream of an exec. The exec's mu guards every
-// field but the disk ones (spool, path), which its diskMu guards.
+// field but the disk ones (spool, path, blob), which its diskMu guards.
 type outStream struct {
 	name  string // stdout, stderr
 	ring  ring
