@@ -41,21 +41,80 @@ func (s *Store) HasBlob(d Digest) bool {
 // name; nothing durable names it yet, readers verify (OpenBlob) and the next
 // PutBlob of the same content replaces it.
 func (s *Store) PutBlob(r io.Reader) (Digest, int64, error) {
-	dir := filepath.Join(s.dir, "blobs")
-	f, err := os.CreateTemp(dir, tmpPrefix+"*")
+	w, err := s.NewBlobWriter()
 	if err != nil {
+		return Digest{}, 0, err
+	}
+	if _, err := io.Copy(w, r); err != nil {
+		w.Abort()
 		return Digest{}, 0, fmt.Errorf("put blob: %w", err)
 	}
-	tmp := f.Name()
+	return w.Commit()
+}
+
+// BlobWriter is a blob being written as its bytes come (PutBlob, or a
+// stream such as an exec's output stored while the command runs): a temp
+// file in the blob directory, hashed as it is written. Commit names it by
+// its digest as PutBlob does; Abort drops it. Write is not safe for
+// concurrent use, but ReadAt of the bytes written so far is, beside Write.
+type BlobWriter struct {
+	s    *Store
+	f    *os.File
+	h    hash.Hash
+	n    int64
+	done bool
+}
+
+// NewBlobWriter starts a blob.
+func (s *Store) NewBlobWriter() (*BlobWriter, error) {
+	f, err := os.CreateTemp(filepath.Join(s.dir, "blobs"), tmpPrefix+"*")
+	if err != nil {
+		return nil, fmt.Errorf("put blob: %w", err)
+	}
+	return &BlobWriter{s: s, f: f, h: sha256.New()}, nil
+}
+
+// Write appends p to the blob.
+func (w *BlobWriter) Write(p []byte) (int, error) {
+	if w.done {
+		return 0, errors.New("put blob: write after its end")
+	}
+	n, err := w.f.Write(p)
+	w.h.Write(p[:n])
+	w.n += int64(n)
+	if err != nil {
+		return n, fmt.Errorf("put blob: %w", err)
+	}
+	return n, nil
+}
+
+// Size is how many bytes were written.
+func (w *BlobWriter) Size() int64 { return w.n }
+
+// ReadAt reads bytes already written (before Commit or Abort).
+func (w *BlobWriter) ReadAt(p []byte, off int64) (int, error) { return w.f.ReadAt(p, off) }
+
+// Abort drops the blob; it is safe after Commit (which it leaves alone).
+func (w *BlobWriter) Abort() {
+	if w.done {
+		return
+	}
+	w.done = true
+	w.f.Close()
+	os.Remove(w.f.Name())
+}
+
+// Commit ends the blob and stores it under its digest (see PutBlob).
+func (w *BlobWriter) Commit() (Digest, int64, error) {
+	if w.done {
+		return Digest{}, 0, errors.New("put blob: commit after its end")
+	}
+	s, f, tmp, n := w.s, w.f, w.f.Name(), w.n
+	w.done = true
 	fail := func(err error) (Digest, int64, error) {
 		f.Close()
 		os.Remove(tmp)
 		return Digest{}, 0, fmt.Errorf("put blob: %w", err)
-	}
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), r)
-	if err != nil {
-		return fail(err)
 	}
 	if err := f.Chmod(BlobMode); err != nil {
 		return fail(err)
@@ -64,7 +123,7 @@ func (s *Store) PutBlob(r io.Reader) (Digest, int64, error) {
 		return fail(err)
 	}
 	var d Digest
-	h.Sum(d[:0])
+	w.h.Sum(d[:0])
 	final := s.BlobPath(d)
 	if s.blobIntact(final, d, n) {
 		os.Remove(tmp)

@@ -89,6 +89,10 @@ type Action struct {
 	MaxRSS     int64    `json:"maxRssBytes,omitempty"`
 	Stdout     *Digest  `json:"stdout,omitempty"`
 	Stderr     *Digest  `json:"stderr,omitempty"`
+	// StdoutTruncated and StderrTruncated count the bytes of a stream
+	// past what its blob keeps (the host's limit, or a disk that failed).
+	StdoutTruncated int64 `json:"stdoutTruncated,omitempty"`
+	StderrTruncated int64 `json:"stderrTruncated,omitempty"`
 	// Error is why the command could not run.
 	Error string `json:"error,omitempty"`
 	// file_put, file_remove: the workspace path, and for a put the blob

@@ -134,6 +134,9 @@ const (
 	EventStderr  = "stderr"
 	EventExit    = "exit"
 	EventError   = "error" // the command could not start; no exit follows
+	// EventGap says bytes of a stream were not sent because the server no
+	// longer has them (Output, below); the stream goes on after them.
+	EventGap = "gap"
 )
 
 // ExecEvent is one event of an exec's output stream (NDJSON on the wire).
@@ -142,10 +145,14 @@ type ExecEvent struct {
 	ExecID string    `json:"execId"`
 	Time   time.Time `json:"time"`
 	// stdout, stderr: Offset is where Text (or Base64, for bytes that are
-	// not UTF-8) starts in that stream.
+	// not UTF-8) starts in that stream. gap: the bytes [Offset, Next) of
+	// Stream ("stdout" or "stderr") are lost to this reader; its next
+	// output event of that stream starts at Next.
 	Offset int64  `json:"offset,omitempty"`
 	Text   string `json:"text,omitempty"`
 	Base64 []byte `json:"base64,omitempty"`
+	Stream string `json:"stream,omitempty"`
+	Next   int64  `json:"next,omitempty"`
 	// exit.
 	Exit *ExitStatus `json:"exit,omitempty"`
 	// error.
@@ -165,21 +172,26 @@ type ExitStatus struct {
 
 // ExecInfo is an exec as the server keeps it (background or finished).
 type ExecInfo struct {
-	ID      string      `json:"id"`
-	Sandbox string      `json:"sandbox"`
+	ID      string `json:"id"`
+	Sandbox string `json:"sandbox"`
+	// Request is the exec's request, without its stdin (which is not
+	// kept).
 	Request ExecRequest `json:"request"`
 	Started time.Time   `json:"started"`
 	Running bool        `json:"running"`
 	Exit    *ExitStatus `json:"exit,omitempty"`
-	// StdoutBytes and StderrBytes count all the output so far; the server
-	// keeps the last MaxKeptOutput bytes of each.
+	// StdoutBytes and StderrBytes count all the output so far. The server
+	// keeps the first DefaultLogLimit bytes of each (its LogLimit) on
+	// disk, and while the command runs the last OutputWindow in memory.
 	StdoutBytes int64 `json:"stdoutBytes"`
 	StderrBytes int64 `json:"stderrBytes"`
 }
 
-// MaxKeptOutput is how much of each stream of a background exec the server
-// keeps for reading later.
-const MaxKeptOutput = 4 << 20
+// DefaultLogLimit is how much of each stream of an exec the server keeps
+// unless Options.LogLimit says otherwise: written to disk as it comes,
+// stored in the record, served to any reader later. It is the bound of a
+// file the API moves (MaxFileBytes).
+const DefaultLogLimit = MaxFileBytes
 
 // FileInfo describes one file or directory in a sandbox's workspace.
 type FileInfo struct {
@@ -215,8 +227,10 @@ type Manager interface {
 	// With Background it returns as soon as the command has started.
 	Exec(ctx context.Context, id string, r ExecRequest, emit func(ExecEvent) error) (ExecInfo, error)
 	GetExec(ctx context.Context, id, execID string) (ExecInfo, error)
-	// Output replays a background exec's kept output from the given
-	// offsets, then (follow) its further events until the exit.
+	// Output replays an exec's kept output from the given offsets, then
+	// (follow) its further events until the exit. Bytes it no longer has
+	// (past the log limit and no longer in memory) are a gap event, never
+	// skipped silently; an offset past the end waits for that offset.
 	Output(ctx context.Context, id, execID string, stdoutFrom, stderrFrom int64, follow bool, emit func(ExecEvent) error) error
 	Signal(ctx context.Context, id, execID, signal string) error
 

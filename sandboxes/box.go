@@ -25,12 +25,14 @@ type box struct {
 	info      Info
 	labels    map[string]string
 	execs     map[string]*execState
+	ended     []string // ids of the ended execs, oldest first (recordExec)
 	entries   []record.Entry
 	seq       int
 	snapshots []SnapshotInfo
 	killing   bool
 	killed    chan struct{} // closed when kill is done
 	killErr   error
+	stoppedAt time.Time // set on what is kept of a killed sandbox (manager.release)
 
 	netMu sync.Mutex // one network.allow change at a time (network.go)
 
@@ -65,7 +67,7 @@ func (b *box) snapshot() Info {
 func (b *box) stopped() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.sb != nil && b.info.State != StateRunning
+	return b.info.State == StateStopped
 }
 
 // expired says why the sandbox should stop now, or "".
@@ -99,10 +101,6 @@ func (b *box) expired(now time.Time) string {
 // then its record. Concurrent calls wait for the first.
 func (b *box) kill(ctx context.Context, why string) error {
 	b.mu.Lock()
-	if b.sb == nil {
-		b.mu.Unlock()
-		return Errorf(CodeConflict, "sandbox %s is still being created", b.id)
-	}
 	if b.killing {
 		ch := b.killed
 		b.mu.Unlock()
@@ -110,6 +108,10 @@ func (b *box) kill(ctx context.Context, why string) error {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		return b.killErr
+	}
+	if b.sb == nil {
+		b.mu.Unlock()
+		return Errorf(CodeConflict, "sandbox %s is still being created", b.id)
 	}
 	b.killing, b.killed = true, make(chan struct{})
 	execs := slices.Collect(maps.Values(b.execs))
@@ -131,13 +133,14 @@ func (b *box) kill(ctx context.Context, why string) error {
 	}
 
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.info.State, b.info.Ended = StateStopped, why
 	if !id.IsZero() {
 		b.info.Record = id.String()
 	}
 	b.killErr = err
 	close(b.killed)
+	b.mu.Unlock()
+	b.m.release(b)
 	return err
 }
 

@@ -2,8 +2,8 @@ package sandboxes
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -18,58 +18,53 @@ import (
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 )
 
-// stream is one output stream of an exec: the last MaxKeptOutput bytes
-// (for reading later), how many came before them, and the head the record
-// keeps (up to the log limit).
-type stream struct {
-	kept  []byte
-	base  int64 // offset of kept[0]
-	total int64
-	head  []byte
-	limit int64
-}
-
-func (s *stream) add(p []byte) {
-	s.total += int64(len(p))
-	if room := s.limit - int64(len(s.head)); room > 0 {
-		s.head = append(s.head, p[:min(int64(len(p)), room)]...)
-	}
-	s.kept = append(s.kept, p...)
-	if over := len(s.kept) - MaxKeptOutput; over > 0 {
-		s.kept = slices.Clone(s.kept[over:])
-		s.base += int64(over)
-	}
-}
-
-// from returns the kept bytes at and after off, and the offset they
-// start at (later than off when those bytes are no longer kept).
-func (s *stream) from(off int64) ([]byte, int64) {
-	if off < s.base {
-		off = s.base
-	}
-	if off >= s.total {
-		return nil, s.total
-	}
-	return s.kept[off-s.base:], off
-}
-
 // execState is one command of a sandbox, running or ended.
 type execState struct {
 	id       string
-	req      ExecRequest
+	req      ExecRequest // without its stdin, which is not kept
 	argv     []string
 	decision string // the policy decision that admitted it
 	started  time.Time
 	x        vmrunner.SessionExec
 	span     trace.Span // ended by recordExec
+	store    *record.Store
 
-	mu       sync.Mutex
-	out, err stream
-	exit     *ExitStatus
-	failed   string        // an error event: it never ran
-	changed  chan struct{} // closed and replaced on every change
+	mu      sync.Mutex
+	streams [2]outStream // stdout, stderr (output.go)
+	exit    *ExitStatus
+	failed  string        // an error event: it never ran
+	changed chan struct{} // closed and replaced on every change
+	// pinned is set while a foreground reader reads: pin are the offsets
+	// it has had, and the pump waits (moved, broadcast when they move)
+	// rather than drop a byte past them that is not on disk.
+	pinned   bool
+	pin      [2]int64
+	moved    *sync.Cond
+	unpinned chan struct{} // closed once no pinned reader can come
 	done     chan struct{} // closed once the exit (or error) is in
 	recorded chan struct{} // closed once its record entry is written
+
+	diskMu sync.RWMutex // the streams' spool and path (output.go)
+}
+
+const (
+	stdout = 0
+	stderr = 1
+)
+
+// newExecState is an exec whose output goes to store, up to limit bytes
+// of each stream. A foreground exec starts pinned at offset 0, before its
+// pump starts.
+func newExecState(id string, limit int64, store *record.Store, foreground bool) *execState {
+	x := &execState{id: id, store: store, pinned: foreground,
+		changed: make(chan struct{}), unpinned: make(chan struct{}), done: make(chan struct{}), recorded: make(chan struct{})}
+	x.moved = sync.NewCond(&x.mu)
+	x.streams[stdout] = outStream{name: EventStdout, limit: limit}
+	x.streams[stderr] = outStream{name: EventStderr, limit: limit}
+	if !foreground {
+		close(x.unpinned)
+	}
+	return x
 }
 
 func (x *execState) running() bool {
@@ -81,10 +76,35 @@ func (x *execState) running() bool {
 	}
 }
 
+// kill ends the command, and lets go of a pinned reader: a sandbox being
+// stopped does not wait for a client that does not read.
 func (x *execState) kill() {
-	if x.running() {
-		_ = x.x.Close()
+	if sx := x.session(); sx != nil {
+		_ = sx.Close()
 	}
+	x.unpin()
+}
+
+// session is the command's connection to the agent while it runs, nil
+// after.
+func (x *execState) session() vmrunner.SessionExec {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.x
+}
+
+// unpin ends the hold of the foreground reader, if there was one.
+func (x *execState) unpin() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	select {
+	case <-x.unpinned:
+		return
+	default:
+	}
+	x.pinned = false
+	close(x.unpinned)
+	x.moved.Broadcast()
 }
 
 // notify wakes the readers; x.mu is held.
@@ -98,18 +118,52 @@ func (x *execState) info(sandbox string) ExecInfo {
 	defer x.mu.Unlock()
 	return ExecInfo{ID: x.id, Sandbox: sandbox, Request: x.req, Started: x.started,
 		Running: x.exit == nil && x.failed == "", Exit: x.exit,
-		StdoutBytes: x.out.total, StderrBytes: x.err.total}
+		StdoutBytes: x.streams[stdout].total(), StderrBytes: x.streams[stderr].total()}
+}
+
+// add takes the next bytes of stream i: on disk as far as its limit, in
+// the ring, after waiting for a pinned reader that would lose bytes
+// otherwise. Only the pump calls it.
+func (x *execState) add(i int, p []byte) {
+	s := &x.streams[i]
+	x.mu.Lock()
+	kept, failed := s.kept, s.diskErr != nil
+	x.mu.Unlock()
+	var err error
+	if !failed {
+		kept, err = x.toDisk(i, kept, p)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s.kept = kept
+	if err != nil {
+		s.diskErr = err
+	}
+	for {
+		drop := s.ring.startAfter(len(p)) // bytes before it leave the ring
+		if !x.pinned || x.pin[i] >= drop || s.kept >= drop {
+			break
+		}
+		x.moved.Wait()
+	}
+	s.ring.write(p)
+	x.notify()
 }
 
 // pump reads the command's events until its end.
 func (x *execState) pump() {
-	for ev := range x.x.Events() {
-		x.mu.Lock()
+	sx := x.session()
+	for ev := range sx.Events() {
 		switch ev.Type {
 		case guest.EventStdout:
-			x.out.add(ev.Data)
+			x.add(stdout, ev.Data)
+			continue
 		case guest.EventStderr:
-			x.err.add(ev.Data)
+			x.add(stderr, ev.Data)
+			continue
+		}
+		x.mu.Lock()
+		switch ev.Type {
 		case guest.EventExit:
 			x.exit = &ExitStatus{ExitCode: ev.ExitCode, Signal: ev.Signal, TimedOut: ev.TimedOut,
 				DurationMS: time.Since(x.started).Milliseconds(),
@@ -127,42 +181,115 @@ func (x *execState) pump() {
 	}
 	close(x.done)
 	x.notify()
+	x.x = nil
 	x.mu.Unlock()
-	_ = x.x.Close()
+	_ = sx.Close()
+}
+
+// readBatch bounds what one reader takes of each stream at a time.
+const readBatch = 256 << 10
+
+// piece is output a reader is to send: bytes, bytes to read from disk
+// first (fromDisk), or a gap.
+type piece struct {
+	stream   int
+	off      int64
+	data     []byte
+	fromDisk bool
+	gapTo    int64
 }
 
 // events replays the output from the given offsets, then (follow) the
 // rest until the end, calling emit for each event; the exit (or error)
-// event comes last.
-func (x *execState) events(ctx context.Context, outFrom, errFrom int64, follow bool, emit func(ExecEvent) error) error {
+// event comes last. An offset past a stream's end waits for that offset.
+// pinned is the foreground reader's: the command waits for it (it is
+// never sent a gap while it reads).
+func (x *execState) events(ctx context.Context, outFrom, errFrom int64, follow, pinned bool, emit func(ExecEvent) error) error {
+	if pinned {
+		defer x.unpin()
+	}
+	d := &diskReader{x: x}
+	defer d.close()
+	next := [2]int64{outFrom, errFrom}
+	x.mu.Lock()
+	if pinned && x.pinned {
+		x.pin = next
+		x.moved.Broadcast()
+	}
+	// Without follow, the output up to now is sent, and then the exit if
+	// the command had ended by then.
+	until := [2]int64{x.streams[stdout].total(), x.streams[stderr].total()}
+	endedBefore := !x.running()
+	x.mu.Unlock()
 	for {
+		var ps []piece
 		x.mu.Lock()
-		var evs []ExecEvent
-		if b, off := x.out.from(outFrom); len(b) > 0 {
-			evs = append(evs, chunkEvents(x.id, EventStdout, b, off)...)
-			outFrom = off + int64(len(b))
+		for i := range x.streams {
+			s := &x.streams[i]
+			end := s.total()
+			if !follow {
+				end = min(end, until[i])
+			}
+			if next[i] >= end {
+				continue
+			}
+			n := min(end-next[i], readBatch)
+			switch {
+			case next[i] >= s.ring.start:
+				b := make([]byte, n)
+				s.ring.read(b, next[i])
+				ps = append(ps, piece{stream: i, off: next[i], data: b})
+			case next[i] < s.kept:
+				n = min(n, s.kept-next[i])
+				ps = append(ps, piece{stream: i, off: next[i], data: make([]byte, n), fromDisk: true})
+			default:
+				n = s.ring.start - next[i]
+				ps = append(ps, piece{stream: i, off: next[i], gapTo: s.ring.start})
+			}
+			next[i] += n
 		}
-		if b, off := x.err.from(errFrom); len(b) > 0 {
-			evs = append(evs, chunkEvents(x.id, EventStderr, b, off)...)
-			errFrom = off + int64(len(b))
+		if pinned && x.pinned {
+			x.pin = next
+			x.moved.Broadcast()
 		}
-		ended := !x.running()
+		caught := next[stdout] >= x.streams[stdout].total() && next[stderr] >= x.streams[stderr].total()
+		ended := caught && !x.running()
+		if !follow {
+			caught = next[stdout] >= until[stdout] && next[stderr] >= until[stderr]
+			ended = caught && endedBefore
+		}
+		var last ExecEvent
 		if ended {
 			if x.exit != nil {
-				evs = append(evs, ExecEvent{Type: EventExit, ExecID: x.id, Time: time.Now().UTC(), Exit: x.exit})
+				last = ExecEvent{Type: EventExit, ExecID: x.id, Time: time.Now().UTC(), Exit: x.exit}
 			} else {
-				evs = append(evs, ExecEvent{Type: EventError, ExecID: x.id, Time: time.Now().UTC(), Error: x.failed})
+				last = ExecEvent{Type: EventError, ExecID: x.id, Time: time.Now().UTC(), Error: x.failed}
 			}
 		}
 		changed := x.changed
 		x.mu.Unlock()
-		for _, ev := range evs {
-			if err := emit(ev); err != nil {
-				return err
+		for _, p := range ps {
+			if p.fromDisk {
+				if err := d.readAt(p.stream, p.data, p.off); err != nil {
+					// The disk copy failed under the reader: say which bytes
+					// it did not get rather than send others.
+					p.gapTo, p.data = p.off+int64(len(p.data)), nil
+				}
+			}
+			for _, ev := range x.pieceEvents(p) {
+				if err := emit(ev); err != nil {
+					return err
+				}
 			}
 		}
-		if ended || !follow {
+		if ended {
+			return emit(last)
+		}
+		if !follow && caught {
 			return nil
+		}
+		if len(ps) > 0 {
+			continue
 		}
 		select {
 		case <-changed:
@@ -172,18 +299,32 @@ func (x *execState) events(ctx context.Context, outFrom, errFrom int64, follow b
 	}
 }
 
-// chunkEvents splits output into events of at most 64 KiB, as text when
-// it is valid UTF-8 and base64 otherwise.
-func chunkEvents(id, typ string, b []byte, off int64) []ExecEvent {
-	var out []ExecEvent
+// pieceEvents is a piece as events: a gap, or output in events of at most
+// 64 KiB, as text when it is valid UTF-8 and base64 otherwise. A cut
+// falls between characters where it can, so that text stays text.
+func (x *execState) pieceEvents(p piece) []ExecEvent {
+	name := x.streams[p.stream].name
 	now := time.Now().UTC()
+	if p.data == nil {
+		return []ExecEvent{{Type: EventGap, ExecID: x.id, Time: now, Stream: name, Offset: p.off, Next: p.gapTo}}
+	}
+	var out []ExecEvent
+	b, off := p.data, p.off
 	for len(b) > 0 {
 		n := min(len(b), 64<<10)
-		ev := ExecEvent{Type: typ, ExecID: id, Time: now, Offset: off}
+		if n < len(b) {
+			for k := n; k > n-utf8.UTFMax && k > 0; k-- {
+				if utf8.RuneStart(b[k]) {
+					n = k
+					break
+				}
+			}
+		}
+		ev := ExecEvent{Type: name, ExecID: x.id, Time: now, Offset: off}
 		if utf8.Valid(b[:n]) {
 			ev.Text = string(b[:n])
 		} else {
-			ev.Base64 = slices.Clone(b[:n])
+			ev.Base64 = b[:n]
 		}
 		out = append(out, ev)
 		b, off = b[n:], off+int64(n)
@@ -267,9 +408,10 @@ func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(
 		endExecSpan(span, execID, nil, err.Error())
 		return ExecInfo{}, &Error{Code: CodeInternal, Message: fmt.Sprintf("exec in sandbox %s: %v", id, err), Err: err}
 	}
-	x := &execState{id: execID, req: r, argv: argv, started: time.Now().UTC(), x: sx, decision: decision, span: span,
-		changed: make(chan struct{}), done: make(chan struct{}), recorded: make(chan struct{})}
-	x.out.limit, x.err.limit = m.o.LogLimit, m.o.LogLimit
+	x := newExecState(execID, m.o.LogLimit, sb.Store(), !r.Background)
+	x.argv, x.started, x.x, x.decision, x.span = argv, time.Now().UTC(), sx, decision, span
+	x.req = r
+	x.req.Stdin = nil // written below, not kept
 	b.mu.Lock()
 	if b.killing {
 		b.mu.Unlock()
@@ -297,16 +439,14 @@ func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(
 	if r.Background {
 		return x.info(id), nil
 	}
-	if err := x.events(ctx, 0, 0, true, func(ev ExecEvent) error {
+	if err := x.events(ctx, 0, 0, true, true, func(ev ExecEvent) error {
 		if emit == nil {
 			return nil
 		}
 		return emit(ev)
 	}); err != nil {
 		x.kill() // the client went away: the command goes too
-		<-x.done
 	}
-	<-x.done
 	// Its entry is in the record before the caller can act again, so the
 	// record lists actions in the order they happened (a restore right
 	// after an exec comes after it).
@@ -321,13 +461,24 @@ func (b *box) touch() {
 	b.mu.Unlock()
 }
 
-// recordExec appends the command to the sandbox's record once it ended.
+// recordExec appends the command to the sandbox's record once it ended:
+// its output streams are stored as blobs (what was written to disk as it
+// came), then the memory they held is released once no foreground reader
+// needs it.
 func (b *box) recordExec(x *execState, envNames []string) {
-	defer close(x.recorded)
 	<-x.done
+	x.storeOutput()
 	x.mu.Lock()
 	a := record.Action{Kind: "exec", Time: x.started, Command: x.argv, Cwd: x.req.Cwd, EnvNames: envNames, Background: x.req.Background, Decision: x.decision}
-	out, errb := slices.Clone(x.out.head), slices.Clone(x.err.head)
+	a.Stdout, a.Stderr = x.streams[stdout].blob, x.streams[stderr].blob
+	a.StdoutTruncated = x.streams[stdout].total() - x.streams[stdout].kept
+	a.StderrTruncated = x.streams[stderr].total() - x.streams[stderr].kept
+	var diskErrs []error
+	for _, s := range x.streams {
+		if s.diskErr != nil {
+			diskErrs = append(diskErrs, fmt.Errorf("%s: %w", s.name, s.diskErr))
+		}
+	}
 	summary := summaryCmd(x.argv)
 	if x.exit != nil {
 		code := x.exit.ExitCode
@@ -342,19 +493,27 @@ func (b *box) recordExec(x *execState, envNames []string) {
 		summary += " → " + x.failed
 	}
 	endExecSpan(x.span, x.id, x.exit, x.failed)
+	x.span = nil
 	x.mu.Unlock()
-	store := b.sb.Store()
-	for _, s := range []struct {
-		data []byte
-		to   **record.Digest
-	}{{out, &a.Stdout}, {errb, &a.Stderr}} {
-		d, _, err := store.PutBlob(bytesReader(s.data))
-		if err == nil {
-			*s.to = &d
-		}
+	if len(diskErrs) > 0 {
+		b.m.o.Logf("sandbox %s: exec %s: its output is not all in the record: %v", b.id, x.id, errors.Join(diskErrs...))
 	}
 	b.addEntry(a, summary)
+	b.mu.Lock()
+	b.ended = append(b.ended, x.id)
+	if len(b.ended) > maxEndedExecs {
+		delete(b.execs, b.ended[0])
+		b.ended = b.ended[1:]
+	}
+	b.mu.Unlock()
+	close(x.recorded)
+	x.release()
 }
+
+// maxEndedExecs bounds the ended execs a sandbox keeps (their state and
+// the way to their output); the oldest go first. Their record entries
+// stay.
+const maxEndedExecs = 256
 
 func (m *manager) execState(id, execID string) (*box, *execState, error) {
 	b, err := m.box(id)
@@ -363,9 +522,13 @@ func (m *manager) execState(id, execID string) (*box, *execState, error) {
 	}
 	b.mu.Lock()
 	x, ok := b.execs[execID]
+	stopped, rec := b.info.State == StateStopped, b.info.Record
 	b.mu.Unlock()
+	if !ok && stopped && rec != "" {
+		return nil, nil, Errorf(CodeNotFound, "sandbox %s is stopped and its execs are gone from the server: their output is in its record %s (agentsandbox records show %s)", id, rec, rec)
+	}
 	if !ok {
-		return nil, nil, Errorf(CodeNotFound, "sandbox %s has no exec %q", id, execID)
+		return nil, nil, Errorf(CodeNotFound, "sandbox %s has no exec %q (it keeps its last %d ended execs; the record has every one once the sandbox stops)", id, execID, maxEndedExecs)
 	}
 	return b, x, nil
 }
@@ -387,7 +550,7 @@ func (m *manager) Output(ctx context.Context, id, execID string, stdoutFrom, std
 		return err
 	}
 	b.touch()
-	return x.events(ctx, stdoutFrom, stderrFrom, follow, emit)
+	return x.events(ctx, stdoutFrom, stderrFrom, follow, false, emit)
 }
 
 func (m *manager) Signal(ctx context.Context, id, execID, signal string) error {
@@ -395,7 +558,8 @@ func (m *manager) Signal(ctx context.Context, id, execID, signal string) error {
 	if err != nil {
 		return err
 	}
-	if !x.running() {
+	sx := x.session()
+	if sx == nil {
 		return Errorf(CodeConflict, "exec %s has already ended", execID)
 	}
 	switch signal {
@@ -404,7 +568,7 @@ func (m *manager) Signal(ctx context.Context, id, execID, signal string) error {
 		return Errorf(CodeBadRequest, "signal %q: want one of SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGSTOP, SIGCONT", signal)
 	}
 	b.touch()
-	if err := x.x.Signal(signal); err != nil {
+	if err := sx.Signal(signal); err != nil {
 		return &Error{Code: CodeInternal, Message: fmt.Sprintf("signal exec %s: %v", execID, err), Err: err}
 	}
 	return nil

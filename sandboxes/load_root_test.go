@@ -35,9 +35,17 @@ type api struct {
 	c     *http.Client
 	store *record.Store
 	dir   string
+	m     sandboxes.Manager
 }
 
 func newAPI(tb testing.TB, maxSandboxes int) *api {
+	tb.Helper()
+	return newAPIWith(tb, sandboxes.Options{MaxSandboxes: maxSandboxes})
+}
+
+// newAPIWith is newAPI with the manager's options o (its engine options
+// are the test's).
+func newAPIWith(tb testing.TB, o sandboxes.Options) *api {
 	tb.Helper()
 	testtier.Root(tb)
 	dir := tb.TempDir()
@@ -50,17 +58,15 @@ func newAPI(tb testing.TB, maxSandboxes int) *api {
 		tb.Fatal(err)
 	}
 	hostState := filepath.Join(dir, "host-state")
-	m, err := sandboxes.New(sandboxes.Options{
-		Engine: engine.Options{
-			Jobs: 1, Host: engine.Host{Root: true}, Store: store,
-			RunRoot: filepath.Join(store.Dir(), "runs"), HostStateDir: hostState,
-			Backends: map[workflow.Isolation]vmrunner.Backend{
-				workflow.IsolationNamespace: namespace.New(namespace.Options{StateDir: hostState, JailDir: filepath.Join(dir, "jails")}),
-			},
-			Policy: pol, ToolVersion: "test",
+	o.Engine = engine.Options{
+		Jobs: 1, Host: engine.Host{Root: true}, Store: store,
+		RunRoot: filepath.Join(store.Dir(), "runs"), HostStateDir: hostState,
+		Backends: map[workflow.Isolation]vmrunner.Backend{
+			workflow.IsolationNamespace: namespace.New(namespace.Options{StateDir: hostState, JailDir: filepath.Join(dir, "jails")}),
 		},
-		MaxSandboxes: maxSandboxes,
-	})
+		Policy: pol, ToolVersion: "test",
+	}
+	m, err := sandboxes.New(o)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -87,7 +93,7 @@ func newAPI(tb testing.TB, maxSandboxes int) *api {
 		},
 		MaxIdleConnsPerHost: 64,
 	}
-	return &api{c: &http.Client{Transport: tr}, store: store, dir: dir}
+	return &api{c: &http.Client{Transport: tr}, store: store, dir: dir, m: m}
 }
 
 func (a *api) do(method, path string, body any, out any) error {

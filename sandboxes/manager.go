@@ -40,9 +40,15 @@ type Options struct {
 	// DefaultTTL and DefaultIdle apply when a spec gives none (1h, 15m);
 	// MaxTTL bounds any TTL asked for (24h).
 	DefaultTTL, DefaultIdle, MaxTTL time.Duration
-	// LogLimit is the most of each exec's stream the record keeps
-	// (default engine.DefaultLogLimit).
+	// LogLimit is the most of each exec's stream the server keeps: on
+	// disk as it comes, in the record once the command ends, for any
+	// reader to read later (default DefaultLogLimit). Past it, output
+	// reaches only the readers that keep up (output.go).
 	LogLimit int64
+	// KeepStopped is how long a stopped sandbox's Info is still shown
+	// (Get, List) after it stopped; its record stays (default 1h). At most
+	// maxStopped are shown.
+	KeepStopped time.Duration
 	// Logf reports what happens in the background (expiries).
 	Logf func(format string, args ...any)
 	// ReapEvery is how often expiry and idleness are checked (1s).
@@ -100,7 +106,10 @@ func New(o Options) (Manager, error) {
 		o.MaxTTL = 24 * time.Hour
 	}
 	if o.LogLimit <= 0 {
-		o.LogLimit = engine.DefaultLogLimit
+		o.LogLimit = DefaultLogLimit
+	}
+	if o.KeepStopped <= 0 {
+		o.KeepStopped = time.Hour
 	}
 	if o.ReapEvery <= 0 {
 		o.ReapEvery = time.Second
@@ -371,6 +380,9 @@ func (m *manager) live(id string) (*box, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.info.State == StateStopped {
+		return nil, Errorf(CodeConflict, "sandbox %s is stopped (%s); its record is %s", id, b.info.Ended, b.info.Record)
+	}
 	if b.sb == nil {
 		return nil, Errorf(CodeConflict, "sandbox %s is still being created", id)
 	}
@@ -486,6 +498,51 @@ func (m *manager) Close(ctx context.Context) error {
 	return errors.Join(append(errs, warmErr)...)
 }
 
+// maxStopped bounds the stopped sandboxes whose Info the manager keeps.
+const maxStopped = 1024
+
+// release lets go of a killed sandbox: what it held (its engine sandbox,
+// its execs and their output, its record's entries) goes, and a box with
+// only its Info and snapshots takes its place until KeepStopped has
+// passed (pruneStopped). A request already under way on the old box ends
+// as on any stopped sandbox.
+func (m *manager) release(b *box) {
+	b.mu.Lock()
+	t := &box{m: m, id: b.id, info: b.info, labels: b.labels, snapshots: b.snapshots,
+		killing: true, killed: b.killed, killErr: b.killErr, stoppedAt: time.Now()}
+	b.execs, b.entries = map[string]*execState{}, nil
+	b.mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.boxes[b.id] == b {
+		m.boxes[b.id] = t
+	}
+	m.pruneStopped(t.stoppedAt)
+}
+
+// pruneStopped forgets the stopped sandboxes kept longer than KeepStopped,
+// and the oldest past maxStopped; m.mu is held.
+func (m *manager) pruneStopped(now time.Time) {
+	var kept []*box
+	for id, b := range m.boxes {
+		if b.stoppedAt.IsZero() {
+			continue
+		}
+		if now.Sub(b.stoppedAt) > m.o.KeepStopped {
+			delete(m.boxes, id)
+			continue
+		}
+		kept = append(kept, b)
+	}
+	if len(kept) <= maxStopped {
+		return
+	}
+	sort.Slice(kept, func(i, j int) bool { return kept[i].stoppedAt.Before(kept[j].stoppedAt) })
+	for _, b := range kept[:len(kept)-maxStopped] {
+		delete(m.boxes, b.id)
+	}
+}
+
 // reap stops sandboxes past their expiry, idle past their timeout (with
 // no command running), or whose sandbox ended on its own.
 func (m *manager) reap() {
@@ -498,10 +555,11 @@ func (m *manager) reap() {
 			return
 		case <-t.C:
 		}
+		now := time.Now()
 		m.mu.Lock()
+		m.pruneStopped(now)
 		bs := slices.Collect(maps.Values(m.boxes))
 		m.mu.Unlock()
-		now := time.Now()
 		for _, b := range bs {
 			if why := b.expired(now); why != "" {
 				m.o.Logf("sandbox %s: %s", b.id, why)

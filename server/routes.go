@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"path"
 	"strconv"
@@ -261,7 +262,8 @@ func (s *Server) routes() {
 		last := sandboxes.ExecEvent{Type: sandboxes.EventExit, ExecID: execID, Time: time.Now().UTC(), Exit: info.Exit}
 		if info.Exit == nil {
 			last = sandboxes.ExecEvent{}
-			err = m.Output(r.Context(), id, execID, info.StdoutBytes, info.StderrBytes, true, func(ev sandboxes.ExecEvent) error {
+			// From past every byte: only the end is waited for.
+			err = m.Output(r.Context(), id, execID, math.MaxInt64, math.MaxInt64, true, func(ev sandboxes.ExecEvent) error {
 				if ev.Type == sandboxes.EventExit || ev.Type == sandboxes.EventError {
 					last = ev
 				}

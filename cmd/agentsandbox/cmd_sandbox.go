@@ -34,7 +34,8 @@ Exit status:
   0  success
   2  bad usage, or the server found the request wrong (bad_request)
   3  the server's policy refused (policy_denied)
-  5  the server failed, could not be reached, or answered another error
+  5  the server failed, could not be reached, or answered another error;
+     sandbox exec: also when output was lost (the server no longer had it)
   N  sandbox exec: the command's own exit status (128+n when signal n ended it)`
 
 type sandboxCreateOptions struct {
@@ -250,7 +251,10 @@ func newSandboxExecCmd(stdio Stdio) *cobra.Command {
 the sandbox's PATH; for a shell line, run sh -c '...'), in the workspace or
 --cwd, and streams its stdout and stderr here as they come. It exits with the
 command's exit status. With -i its stdin is this command's stdin, read whole
-before the command starts (text only).` + sandboxExitHelp,
+before the command starts (text only). The command waits for this one to
+write its output, so none is lost; output the server no longer has (it
+should not happen in the foreground) is said on stderr where it would have
+been, and the exit status is 5.` + sandboxExitHelp,
 		Example: `  agentsandbox sandbox exec $ID -- ls -la
   agentsandbox sandbox exec $ID --cwd src --env DEBUG=1 --timeout 10m -- make test
   echo 'print(6*7)' | agentsandbox sandbox exec -i $ID -- python3 -`,
@@ -305,9 +309,14 @@ func runSandboxExec(ctx context.Context, stdio Stdio, opts sandboxExecOptions, i
 		return exitFor(fmt.Errorf("exec in %s: %w", id, err))
 	}
 	defer resp.Body.Close()
-	// NDJSON: one event a line, written out as it comes.
+	// NDJSON: one event a line, written out as it comes. Each stream's
+	// bytes are written in order and once; bytes the server did not send
+	// (a gap) are said on stderr where they would have been, and fail the
+	// command once it has ended.
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var next [2]int64
+	var lost []string
 	for sc.Scan() {
 		if len(sc.Bytes()) == 0 {
 			continue
@@ -318,18 +327,40 @@ func runSandboxExec(ctx context.Context, stdio Stdio, opts sandboxExecOptions, i
 		}
 		switch ev.Type {
 		case sandboxes.EventStdout, sandboxes.EventStderr:
-			w := stdio.Out
+			i, w := 0, stdio.Out
 			if ev.Type == sandboxes.EventStderr {
-				w = stdio.Err
+				i, w = 1, stdio.Err
 			}
+			data := []byte(ev.Text)
 			if ev.Base64 != nil {
-				w.Write(ev.Base64)
-			} else {
-				io.WriteString(w, ev.Text)
+				data = ev.Base64
+			}
+			if ev.Offset > next[i] {
+				lost = append(lost, execGap(stdio, ev.Type, next[i], ev.Offset))
+			}
+			if skip := next[i] - ev.Offset; skip > 0 { // sent before
+				data = data[min(skip, int64(len(data))):]
+			}
+			w.Write(data)
+			next[i] = max(next[i], ev.Offset+int64(len(ev.Text)+len(ev.Base64)))
+		case sandboxes.EventGap:
+			i := 0
+			if ev.Stream == sandboxes.EventStderr {
+				i = 1
+			}
+			if ev.Next > next[i] {
+				lost = append(lost, execGap(stdio, ev.Stream, max(next[i], ev.Offset), ev.Next))
+				next[i] = ev.Next
 			}
 		case sandboxes.EventError:
 			return withExit(ExitInfra, fmt.Errorf("exec in %s: %s", id, ev.Error))
 		case sandboxes.EventExit:
+			if len(lost) > 0 {
+				if ev.Exit != nil {
+					fmt.Fprintf(stdio.Err, "agentsandbox: the command's exit status was %d\n", ev.Exit.ExitCode)
+				}
+				return withExit(ExitInfra, fmt.Errorf("exec in %s: output was lost: %s; the server keeps the first part of each stream (serve's log limit), the rest reaches only a reader that keeps up", id, strings.Join(lost, ", ")))
+			}
 			return execExit(stdio, ev.Exit)
 		}
 	}
@@ -337,6 +368,14 @@ func runSandboxExec(ctx context.Context, stdio Stdio, opts sandboxExecOptions, i
 		return withExit(ExitInfra, fmt.Errorf("exec in %s: the stream broke off: %w", id, err))
 	}
 	return withExit(ExitInfra, fmt.Errorf("exec in %s: the stream ended without the command's exit; see agentsandbox sandbox ls", id))
+}
+
+// execGap says on stderr, where they would have been, that the bytes
+// [from, to) of a stream were not sent, and returns the same as a phrase.
+func execGap(stdio Stdio, stream string, from, to int64) string {
+	what := fmt.Sprintf("%s bytes %d to %d (%d bytes)", stream, from, to, to-from)
+	fmt.Fprintf(stdio.Err, "\nagentsandbox: %s were lost: the server no longer has them\n", what)
+	return what
 }
 
 // execExit turns a command's exit into this command's: its exit status,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/sandboxes"
 	"github.com/agentsandbox/agentsandbox/server"
 )
 
@@ -391,5 +392,55 @@ func TestSandboxCLIServe(t *testing.T) {
 		}
 	case <-time.After(90 * time.Second):
 		t.Errorf("serve did not exit within 90s of SIGTERM\n%s", serveLog.String())
+	}
+}
+
+// gapManager answers every exec with output that has a hole in it: a gap
+// event, then an event past the bytes sent without one.
+type gapManager struct{ *fakesandboxes.Manager }
+
+func (gapManager) Exec(_ context.Context, id string, r sandboxes.ExecRequest, emit func(sandboxes.ExecEvent) error) (sandboxes.ExecInfo, error) {
+	now := time.Now()
+	for _, ev := range []sandboxes.ExecEvent{
+		{Type: sandboxes.EventStdout, Text: "abc"},
+		{Type: sandboxes.EventGap, Stream: sandboxes.EventStdout, Offset: 3, Next: 10},
+		{Type: sandboxes.EventStdout, Offset: 10, Text: "xyz"},
+		{Type: sandboxes.EventStderr, Offset: 4, Text: "late"},
+		{Type: sandboxes.EventExit, Exit: &sandboxes.ExitStatus{}},
+	} {
+		ev.ExecID, ev.Time = "ex-1", now
+		if err := emit(ev); err != nil {
+			return sandboxes.ExecInfo{}, err
+		}
+	}
+	return sandboxes.ExecInfo{ID: "ex-1"}, nil
+}
+
+// TestSandboxCLIExecGap: output the server did not send is never run
+// together: the bytes around it are written, the gap is said on stderr
+// with its offsets, and the exit status is 5 though the command exited 0.
+func TestSandboxCLIExecGap(t *testing.T) {
+	dir := t.TempDir()
+	s, err := server.New(server.Options{Manager: gapManager{fakesandboxes.New(t.TempDir())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "as.sock")
+	l, err := server.ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(l)
+	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	t.Setenv("AGENTSANDBOX_URL", "")
+	t.Setenv("AGENTSANDBOX_SOCKET", sock)
+	code, out, errs := cli(t, "", nil, "sandbox", "exec", "sb-1", "--", "true")
+	if code != ExitInfra || out != "abcxyz" {
+		t.Errorf("exec with a gap: exit %d, stdout %q; want %d and the bytes around the gap", code, out, ExitInfra)
+	}
+	for _, want := range []string{"stdout bytes 3 to 10 (7 bytes) were lost", "stderr bytes 0 to 4 (4 bytes) were lost", "late", "output was lost"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr %q does not say %q", errs, want)
+		}
 	}
 }

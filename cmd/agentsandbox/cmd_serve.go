@@ -42,6 +42,7 @@ type serveOptions struct {
 	WarmTemplate []string // FILE#STEP=N
 	DefaultTTL   time.Duration
 	DefaultIdle  time.Duration
+	ExecLogLimit string // a size, such as 256MiB
 	Policy       policyOptions
 }
 
@@ -105,8 +106,20 @@ force (a reload replaces them, as does an edit of the template).` + exitStatusHe
 // check refuses flag values the manager cannot take, before anything
 // else (the root check included).
 func (opts serveOptions) check() error {
+	if _, err := opts.execLogLimit(); err != nil {
+		return err
+	}
 	_, err := opts.warmSpecs()
 	return err
+}
+
+// execLogLimit is --exec-log-limit in bytes.
+func (opts serveOptions) execLogLimit() (int64, error) {
+	n, err := workflow.ParseSize(opts.ExecLogLimit)
+	if err != nil || n < 1<<20 {
+		return 0, usageErrorf("--exec-log-limit %q: want a size of 1MiB or more, such as 256MiB or 1GiB", opts.ExecLogLimit)
+	}
+	return n, nil
 }
 
 // warmSpecs are the pools --warm and --warm-template ask for.
@@ -260,6 +273,10 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (_ san
 	if vmb := vmBackend(host, "", func(line string) { fmt.Fprintf(stdio.Err, "warning: %s\n", line) }); vmb != nil {
 		backends[workflow.IsolationVM] = vmb
 	}
+	logLimit, err := opts.execLogLimit()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	dlog, err := openDecisionLog(store.Dir())
 	if err != nil {
 		return nil, nil, nil, withExit(ExitInfra, err)
@@ -277,7 +294,7 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (_ san
 		},
 		Inputs:      fetcher,
 		TemplateDir: opts.Templates, MaxSandboxes: opts.MaxSandboxes, MaxRuns: opts.MaxRuns, Warm: warm,
-		DefaultTTL: opts.DefaultTTL, DefaultIdle: opts.DefaultIdle,
+		DefaultTTL: opts.DefaultTTL, DefaultIdle: opts.DefaultIdle, LogLimit: logLimit,
 		Logf:        func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
 		DecisionLog: dlog,
 	}
@@ -371,5 +388,6 @@ func (opts *serveOptions) addManagerFlags(f *pflag.FlagSet) {
 	f.StringArrayVar(&opts.WarmTemplate, "warm-template", nil, "FILE#STEP=N: N sandboxes of that template (in --templates) kept opened ahead (repeatable)")
 	f.DurationVar(&opts.DefaultTTL, "default-ttl", time.Hour, "a sandbox's lifetime when its spec gives none")
 	f.DurationVar(&opts.DefaultIdle, "default-idle", 15*time.Minute, "a sandbox's idle timeout when its spec gives none")
+	f.StringVar(&opts.ExecLogLimit, "exec-log-limit", "256MiB", "how much of each stream of a command's output is kept (on disk, in the record) for readers to read later; past it, output reaches only a reader that keeps up")
 	opts.Policy.AddFlags(f)
 }

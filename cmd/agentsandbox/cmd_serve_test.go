@@ -163,3 +163,18 @@ func TestServeWarmTemplateMissing(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
 }
+
+// --exec-log-limit takes a size of 1MiB or more; anything else is a usage
+// error before the server opens anything (for mcp too, which shares it).
+func TestServeExecLogLimitFlag(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "--exec-log-limit", "lots"},
+		{"serve", "--exec-log-limit", "64KiB"},
+		{"mcp", "--exec-log-limit", "-1"},
+	} {
+		code, _, stderr := execute(t, append(args, "--state-dir", t.TempDir())...)
+		if code != ExitInvalid || !strings.Contains(stderr, "--exec-log-limit") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+}

@@ -22,37 +22,69 @@ import (
 // maxChunk bounds the text of one stdout or stderr event.
 const maxChunk = 64 << 10
 
-// kept is the tail of one output stream: data starts at offset base.
+// kept is one output stream, kept as the real manager keeps it: its first
+// limit bytes in a file (the real one's blob), its newest bytes in memory
+// (at least sandboxes.OutputWindow, at most twice that), and a gap
+// between for the bytes past the limit that left memory.
 type kept struct {
-	data  []byte
-	base  int64
-	total int64
+	path   string // the file of the first limit bytes
+	file   *os.File
+	limit  int64
+	onDisk int64
+	tail   []byte // bytes [base, total)
+	base   int64
+	total  int64
 }
 
-func (k *kept) write(p []byte) {
-	k.data = append(k.data, p...)
+// drops is where the tail would start after n more bytes.
+func (k *kept) drops(n int) int64 {
+	if len(k.tail)+n <= 2*sandboxes.OutputWindow {
+		return k.base
+	}
+	return k.total + int64(n) - sandboxes.OutputWindow
+}
+
+func (k *kept) write(p []byte) error {
+	var err error
+	if room := k.limit - k.onDisk; room > 0 && k.path != "" {
+		if k.file == nil {
+			k.file, err = os.OpenFile(k.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		}
+		if err == nil {
+			var n int
+			n, err = k.file.Write(p[:min(int64(len(p)), room)])
+			k.onDisk += int64(n)
+		}
+	}
+	k.tail = append(k.tail, p...)
 	k.total += int64(len(p))
-	if len(k.data) > 2*sandboxes.MaxKeptOutput {
-		drop := len(k.data) - sandboxes.MaxKeptOutput
-		k.data = append([]byte(nil), k.data[drop:]...)
+	if len(k.tail) > 2*sandboxes.OutputWindow {
+		drop := len(k.tail) - sandboxes.OutputWindow
+		k.tail = append([]byte(nil), k.tail[drop:]...)
 		k.base += int64(drop)
 	}
+	return err
 }
 
-// from copies at most maxChunk bytes from offset off (or the oldest kept
-// byte, when off was dropped) and says where they start.
-func (k *kept) from(off int64) ([]byte, int64) {
-	if off < k.base {
-		off = k.base
-	}
+// from copies at most maxChunk bytes from offset off and says where they
+// start; gapTo is set instead when the bytes at off are not kept.
+func (k *kept) from(off int64) (b []byte, gapTo int64, err error) {
 	if off >= k.total {
-		return nil, off
+		return nil, 0, nil
 	}
-	b := k.data[off-k.base:]
+	if off < k.onDisk {
+		b = make([]byte, min(maxChunk, k.onDisk-off))
+		_, err := k.file.ReadAt(b, off)
+		return b, 0, err
+	}
+	if off < k.base {
+		return nil, k.base, nil
+	}
+	b = k.tail[off-k.base:]
 	if len(b) > maxChunk {
 		b = b[:maxChunk]
 	}
-	return append([]byte(nil), b...), off
+	return append([]byte(nil), b...), 0, nil
 }
 
 type execState struct {
@@ -64,6 +96,12 @@ type execState struct {
 	startErr string
 	timedOut bool
 	changed  chan struct{} // closed and replaced on every change
+	// pinned holds the command, as the real manager does, while its
+	// foreground reader has not read the bytes that would leave memory
+	// and are not on disk; pin are that reader's offsets.
+	pinned bool
+	pin    [2]int64
+	moved  *sync.Cond
 }
 
 func (e *execState) update(f func()) {
@@ -74,21 +112,33 @@ func (e *execState) update(f func()) {
 	e.mu.Unlock()
 }
 
+func (e *execState) unpin() {
+	e.mu.Lock()
+	e.pinned = false
+	e.moved.Broadcast()
+	e.mu.Unlock()
+}
+
 type streamWriter struct {
 	e      *execState
 	stderr bool
 }
 
 func (w streamWriter) Write(p []byte) (int, error) {
-	w.e.update(func() {
-		if w.stderr {
-			w.e.err.write(p)
-			w.e.info.StderrBytes = w.e.err.total
-		} else {
-			w.e.out.write(p)
-			w.e.info.StdoutBytes = w.e.out.total
-		}
-	})
+	e := w.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k, i := &e.out, 0
+	if w.stderr {
+		k, i = &e.err, 1
+	}
+	for e.pinned && e.pin[i] < k.drops(len(p)) && k.onDisk < k.drops(len(p)) {
+		e.moved.Wait()
+	}
+	k.write(p) // a failed disk copy ends at what it has; the rest is a gap
+	e.info.StdoutBytes, e.info.StderrBytes = e.out.total, e.err.total
+	close(e.changed)
+	e.changed = make(chan struct{})
 	return len(p), nil
 }
 
@@ -133,32 +183,61 @@ func outputEvent(typ, execID string, off int64, b []byte) sandboxes.ExecEvent {
 }
 
 // follow emits the output from the given offsets, then (follow) what
-// comes, then the exit or error event once the exec is done.
-func (e *execState) follow(ctx context.Context, outFrom, errFrom int64, follow bool, emit func(sandboxes.ExecEvent) error) error {
+// comes, then the exit or error event once the exec is done. pinned is
+// the foreground reader's, which the command waits for.
+func (e *execState) follow(ctx context.Context, outFrom, errFrom int64, follow, pinned bool, emit func(sandboxes.ExecEvent) error) error {
+	if pinned {
+		defer e.unpin()
+	}
+	next := [2]int64{outFrom, errFrom}
+	e.mu.Lock()
+	until := [2]int64{e.out.total, e.err.total}
+	doneBefore := e.done
+	e.mu.Unlock()
 	for {
+		var evs []sandboxes.ExecEvent
 		e.mu.Lock()
-		ob, ooff := e.out.from(outFrom)
-		eb, eoff := e.err.from(errFrom)
+		for i, k := range []*kept{&e.out, &e.err} {
+			if !follow && next[i] >= until[i] {
+				continue
+			}
+			typ := []string{sandboxes.EventStdout, sandboxes.EventStderr}[i]
+			b, gapTo, err := k.from(next[i])
+			switch {
+			case err != nil:
+				gapTo = next[i] + int64(len(b))
+				fallthrough
+			case gapTo > 0:
+				ev := event(sandboxes.EventGap, e.info.ID)
+				ev.Stream, ev.Offset, ev.Next = typ, next[i], gapTo
+				evs = append(evs, ev)
+				next[i] = gapTo
+			case len(b) > 0:
+				evs = append(evs, outputEvent(typ, e.info.ID, next[i], b))
+				next[i] += int64(len(b))
+			}
+		}
+		if pinned && e.pinned {
+			e.pin = next
+			e.moved.Broadcast()
+		}
 		done, ch := e.done, e.changed
+		caught := next[0] >= e.out.total && next[1] >= e.err.total
+		if !follow {
+			caught, done = next[0] >= until[0] && next[1] >= until[1], doneBefore
+		}
 		info := e.info
 		startErr := e.startErr
 		e.mu.Unlock()
-		if len(ob) > 0 {
-			if err := emit(outputEvent(sandboxes.EventStdout, info.ID, ooff, ob)); err != nil {
+		for _, ev := range evs {
+			if err := emit(ev); err != nil {
 				return err
 			}
-			outFrom = ooff + int64(len(ob))
 		}
-		if len(eb) > 0 {
-			if err := emit(outputEvent(sandboxes.EventStderr, info.ID, eoff, eb)); err != nil {
-				return err
-			}
-			errFrom = eoff + int64(len(eb))
-		}
-		if len(ob) > 0 || len(eb) > 0 {
+		if len(evs) > 0 && !caught {
 			continue
 		}
-		if done {
+		if caught && done {
 			if startErr != "" {
 				ev := event(sandboxes.EventError, info.ID)
 				ev.Error = startErr
@@ -169,8 +248,11 @@ func (e *execState) follow(ctx context.Context, outFrom, errFrom int64, follow b
 			ev.Exit = &x
 			return emit(ev)
 		}
-		if !follow {
+		if !follow && caught {
 			return nil
+		}
+		if len(evs) > 0 {
+			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -225,9 +307,17 @@ func (m *Manager) Exec(ctx context.Context, id string, r sandboxes.ExecRequest, 
 		return sandboxes.ExecInfo{}, err
 	}
 	sb.seq++
-	e := &execState{changed: make(chan struct{})}
+	e := &execState{changed: make(chan struct{}), pinned: !r.Background}
+	e.moved = sync.NewCond(&e.mu)
 	e.info = sandboxes.ExecInfo{ID: fmt.Sprintf("ex-%d", sb.seq), Sandbox: id, Request: r, Started: m.now(), Running: true}
 	e.info.Request.Env = maps.Clone(r.Env)
+	e.info.Request.Stdin = nil // not kept, as in the real manager
+	limit := m.LogLimit
+	if limit <= 0 {
+		limit = sandboxes.DefaultLogLimit
+	}
+	e.out = kept{path: filepath.Join(m.dir, fmt.Sprintf(".%s-%s.stdout", id, e.info.ID)), limit: limit}
+	e.err = kept{path: filepath.Join(m.dir, fmt.Sprintf(".%s-%s.stderr", id, e.info.ID)), limit: limit}
 	sb.execs[e.info.ID] = e
 	env := os.Environ()
 	for k, v := range sb.spec.Env {
@@ -299,9 +389,10 @@ func (m *Manager) Exec(ctx context.Context, id string, r sandboxes.ExecRequest, 
 	}
 	err = emit(event(sandboxes.EventStarted, e.info.ID))
 	if err == nil {
-		err = e.follow(ctx, 0, 0, true, emit)
+		err = e.follow(ctx, 0, 0, true, true, emit)
 	}
 	if err != nil {
+		e.unpin()
 		e.kill(false) // the client went away
 		return e.snapshot(), err
 	}
@@ -316,6 +407,9 @@ func (m *Manager) exec(id, execID string) (*execState, error) {
 		return nil, err
 	}
 	e, ok := sb.execs[execID]
+	if !ok && sb.info.State != sandboxes.StateRunning {
+		return nil, sandboxes.Errorf(sandboxes.CodeNotFound, "sandbox %s is stopped and its execs are gone from the server: their output is in its record %s", id, sb.info.Record)
+	}
 	if !ok {
 		return nil, sandboxes.Errorf(sandboxes.CodeNotFound, "no exec %q in sandbox %s: list its execs' ids from the exec answers", execID, id)
 	}
@@ -338,7 +432,7 @@ func (m *Manager) Output(ctx context.Context, id, execID string, stdoutFrom, std
 	if err != nil {
 		return err
 	}
-	return e.follow(ctx, stdoutFrom, stderrFrom, follow, emit)
+	return e.follow(ctx, stdoutFrom, stderrFrom, follow, false, emit)
 }
 
 func (m *Manager) Signal(_ context.Context, id, execID, signal string) error {

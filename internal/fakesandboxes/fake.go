@@ -9,7 +9,10 @@
 //
 // What it does honour is the contract of sandboxes.Manager: ids, labels,
 // lifetimes (TTL and idle timeout, checked lazily), foreground execs with
-// ordered events, background execs with kept output read from offsets,
+// ordered events (the command waits for its reader, as the real one does),
+// background execs with kept output read from offsets (the first LogLimit
+// bytes of each stream in a file, the newest in memory, a gap event for
+// the rest),
 // signals to the exec's process group, timeouts, files confined to the
 // sandbox's directory with os.Root, and the same error codes a real
 // manager answers with (not_found, conflict, bad_request, too_large,
@@ -46,6 +49,9 @@ type Manager struct {
 	// Now is the clock (time.Now when nil); tests move it to expire
 	// sandboxes.
 	Now func() time.Time
+	// LogLimit is how much of each exec's stream is kept to be read later
+	// (sandboxes.DefaultLogLimit when 0), as the real manager's option.
+	LogLimit int64
 
 	dir string
 
@@ -226,7 +232,11 @@ func (sb *sandbox) stop(why string) {
 	}
 	for _, e := range sb.execs {
 		e.kill(false)
+		e.unpin()
 	}
+	// As the real manager, a stopped sandbox's execs are let go: their
+	// output is in its record.
+	sb.execs = map[string]*execState{}
 	sb.root.Close()
 	sum := sha256.Sum256([]byte("fake record of " + sb.info.ID))
 	sb.info.State = sandboxes.StateStopped

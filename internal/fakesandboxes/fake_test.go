@@ -74,21 +74,53 @@ func TestConfinement(t *testing.T) {
 }
 
 func TestKeptOutput(t *testing.T) {
-	var k kept
-	k.write(bytes.Repeat([]byte("a"), 2*sandboxes.MaxKeptOutput))
+	k := kept{path: filepath.Join(t.TempDir(), "out"), limit: 100}
+	k.write(bytes.Repeat([]byte("a"), 3*sandboxes.OutputWindow))
 	k.write([]byte("bc"))
-	if k.total != 2*sandboxes.MaxKeptOutput+2 || k.base == 0 {
-		t.Fatalf("kept: total %d base %d", k.total, k.base)
+	if k.total != 3*sandboxes.OutputWindow+2 || k.base <= k.limit || k.onDisk != k.limit {
+		t.Fatalf("kept: total %d base %d on disk %d", k.total, k.base, k.onDisk)
 	}
-	b, off := k.from(0) // dropped: from the oldest kept byte
-	if off != k.base || len(b) != maxChunk {
-		t.Errorf("from 0: %d bytes at %d", len(b), off)
+	if b, gap, err := k.from(0); len(b) != 100 || gap != 0 || err != nil {
+		t.Errorf("from 0: %d bytes, gap to %d, %v; want the 100 on disk", len(b), gap, err)
 	}
-	b, off = k.from(k.total - 2)
-	if string(b) != "bc" || off != k.total-2 {
-		t.Errorf("from the end: %q at %d", b, off)
+	if b, gap, _ := k.from(100); b != nil || gap != k.base {
+		t.Errorf("from the disk limit: %q, gap to %d; want a gap to %d", b, gap, k.base)
 	}
-	if b, _ := k.from(k.total + 5); b != nil {
+	if b, gap, _ := k.from(k.total - 2); string(b) != "bc" || gap != 0 {
+		t.Errorf("from the end: %q", b)
+	}
+	if b, _, _ := k.from(k.total + 5); b != nil {
 		t.Errorf("past the end: %q", b)
+	}
+}
+
+// TestForegroundEveryByte: as with the real manager, a foreground reader
+// slower than its command gets every byte: past what is kept on disk the
+// command waits for it.
+func TestForegroundEveryByte(t *testing.T) {
+	m := New(t.TempDir())
+	m.LogLimit = 1000
+	ctx := context.Background()
+	sb, err := m.Create(ctx, sandboxes.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 24 << 20
+	var next int64
+	info, err := m.Exec(ctx, sb.ID, sandboxes.ExecRequest{Shell: "yes | head -c 25165824"}, func(ev sandboxes.ExecEvent) error {
+		switch ev.Type {
+		case sandboxes.EventStdout:
+			if ev.Offset != next || strings.Trim(ev.Text, "y\n") != "" {
+				t.Fatalf("an event at %d (want %d) of %d bytes", ev.Offset, next, len(ev.Text))
+			}
+			next += int64(len(ev.Text))
+			time.Sleep(200 * time.Microsecond)
+		case sandboxes.EventGap:
+			t.Fatalf("a foreground reader got a gap: %+v", ev)
+		}
+		return nil
+	})
+	if err != nil || next != size || info.Exit == nil {
+		t.Fatalf("got %d of %d bytes: %+v %v", next, size, info, err)
 	}
 }

@@ -138,6 +138,9 @@ func Start(t testing.TB, ready func(line string) bool, bin string, args ...strin
 	return nil, ""
 }
 
+// Pid is the process's id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Stop sends SIGTERM and returns how the process exited, with its output.
 func (p *Proc) Stop() (string, error) {
 	p.cmd.Process.Signal(syscall.SIGTERM)

@@ -377,3 +377,32 @@ func TestMCPSnapshots(t *testing.T) {
 	callErr(t, cs, "restore", map[string]any{"sandbox_id": sb.ID, "snapshot": "latest"}, sandboxes.CodeBadRequest)
 	callErr(t, cs, "restore", map[string]any{"sandbox_id": sb.ID, "snapshot": "sha256:" + strings.Repeat("0", 64)}, sandboxes.CodeNotFound)
 }
+
+// TestMCPExecOutputLost: bytes the server no longer has are counted in
+// stdout_lost and stdout_from says where the text shown starts; they are
+// never skipped silently. The fake keeps 1,000 bytes on disk and about
+// the last 2 MiB in memory.
+func TestMCPExecOutputLost(t *testing.T) {
+	cs, fake := connect(t, mcp.Options{MaxOutputBytes: 500})
+	fake.LogLimit = 1000
+	sb, _ := call[mcp.Sandbox](t, cs, "sandbox_create", nil)
+	var want strings.Builder
+	for i := 1; i <= 600000; i++ {
+		want.WriteString(strconv.Itoa(i) + "\n")
+	}
+	x, _ := call[mcp.ExecResult](t, cs, "exec", map[string]any{"sandbox_id": sb.ID, "shell": "seq 1 600000"})
+	if x.Stdout != want.String()[:500] || x.StdoutLost != 0 || x.StdoutBytes != int64(want.Len()) {
+		t.Fatalf("exec: %d bytes shown, %d lost, %d in all", len(x.Stdout), x.StdoutLost, x.StdoutBytes)
+	}
+	o, _ := call[mcp.ExecOutputResult](t, cs, "exec_output", map[string]any{"sandbox_id": sb.ID, "exec_id": x.ExecID, "stdout_offset": 500})
+	if o.StdoutFrom != 500 || o.Stdout != want.String()[500:1000] || o.StdoutLost != 0 {
+		t.Fatalf("exec_output from 500: from %d, lost %d, %q...", o.StdoutFrom, o.StdoutLost, o.Stdout[:min(20, len(o.Stdout))])
+	}
+	o, _ = call[mcp.ExecOutputResult](t, cs, "exec_output", map[string]any{"sandbox_id": sb.ID, "exec_id": x.ExecID, "stdout_offset": 1000})
+	if o.StdoutLost == 0 || o.StdoutFrom != 1000+o.StdoutLost || !o.More {
+		t.Fatalf("exec_output from 1000 (past what is kept on disk): from %d, lost %d, more %v", o.StdoutFrom, o.StdoutLost, o.More)
+	}
+	if o.Stdout != want.String()[o.StdoutFrom:o.StdoutFrom+500] {
+		t.Errorf("exec_output after the gap shows bytes that are not those at stdout_from %d", o.StdoutFrom)
+	}
+}

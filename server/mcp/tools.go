@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -29,7 +31,7 @@ func (t *tools) register(s *sdk.Server) {
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)}},
 		t.exec)
 	addTool(s, &sdk.Tool{Name: "exec_output", Title: "Read more of a command's output",
-		Description: "Read a command's output from byte offsets, for output exec cut short: pass the exec_id and the offsets exec reported (stdout_next, stderr_next). The server keeps the last 4 MiB of each stream.",
+		Description: "Read a command's output from byte offsets, for output exec cut short: pass the exec_id and the offsets exec reported (stdout_next, stderr_next), then the next offsets this returns until more is false. The server keeps the first 256 MiB of each stream; bytes it no longer has are counted in stdout_lost and stderr_lost, never skipped silently.",
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)}},
 		t.execOutput)
 	addTool(s, &sdk.Tool{Name: "read_file", Title: "Read a file of a sandbox",
@@ -148,31 +150,70 @@ type ExecResult struct {
 	StderrBytes int64  `json:"stderr_bytes" jsonschema:"all of stderr's bytes, shown or not"`
 	StdoutNext  int64  `json:"stdout_next" jsonschema:"the stdout offset after what is shown"`
 	StderrNext  int64  `json:"stderr_next" jsonschema:"the stderr offset after what is shown"`
+	StdoutLost  int64  `json:"stdout_lost,omitempty" jsonschema:"bytes of stdout before what is shown that the server no longer has (it keeps the first 256 MiB)"`
+	StderrLost  int64  `json:"stderr_lost,omitempty" jsonschema:"bytes of stderr before what is shown that the server no longer has"`
 	Error       string `json:"error,omitempty" jsonschema:"why the command could not start (then there is no exit status)"`
 }
 
-// stream collects one output stream up to a limit.
+// stream collects one output stream from an offset, up to a limit: the
+// bytes shown are contiguous. A gap (bytes the server no longer has) at
+// the start is counted in lost; one after bytes ends what is shown, and
+// the next read from next starts with it.
 type stream struct {
 	buf   bytes.Buffer
 	total int64 // bytes seen, from offset 0
 	next  int64 // offset after buf
+	lost  int64 // bytes of a gap before buf
 	limit int
+	full  bool // no more is shown
 }
 
 func (s *stream) add(off int64, b []byte) {
 	if end := off + int64(len(b)); end > s.total {
 		s.total = end
 	}
-	if off != s.next { // a gap (output no longer kept) or a repeat
-		if off > s.next && s.buf.Len() == 0 {
-			s.next = off
-		} else {
+	if s.full || off+int64(len(b)) <= s.next {
+		return
+	}
+	if off < s.next { // the part already shown (a repeat)
+		b, off = b[s.next-off:], s.next
+	}
+	if off > s.next { // a jump: no gap event said so; say it anyway
+		s.gap(s.next, off)
+		if s.full {
 			return
 		}
 	}
 	n := min(len(b), s.limit-s.buf.Len())
+	if n < len(b) {
+		// Cut between characters, so the text shown stays text and the
+		// next read starts at a character.
+		for k := n; k > n-utf8.UTFMax && k > 0; k-- {
+			if utf8.RuneStart(b[k]) {
+				n = k
+				break
+			}
+		}
+		s.full = true
+	}
 	s.buf.Write(b[:n])
 	s.next += int64(n)
+}
+
+// gap takes the bytes [off, to) the server no longer has.
+func (s *stream) gap(off, to int64) {
+	if to > s.total {
+		s.total = to
+	}
+	if s.full || to <= s.next || off > s.next {
+		return
+	}
+	if s.buf.Len() > 0 {
+		s.full = true // shown up to the gap; a read from next reports it
+		return
+	}
+	s.lost += to - s.next
+	s.next = to
 }
 
 func (s *stream) cut() bool { return s.next < s.total }
@@ -187,6 +228,9 @@ func (s *stream) text() string {
 	return strings.ToValidUTF8(string(b), "\uFFFD")
 }
 
+// errFull stops a read of output once what is shown is full.
+var errFull = errors.New("shown in full")
+
 func collect(out, errs *stream) func(sandboxes.ExecEvent) error {
 	return func(ev sandboxes.ExecEvent) error {
 		data := []byte(ev.Text)
@@ -198,6 +242,12 @@ func collect(out, errs *stream) func(sandboxes.ExecEvent) error {
 			out.add(ev.Offset, data)
 		case sandboxes.EventStderr:
 			errs.add(ev.Offset, data)
+		case sandboxes.EventGap:
+			if ev.Stream == sandboxes.EventStderr {
+				errs.gap(ev.Offset, ev.Next)
+			} else {
+				out.gap(ev.Offset, ev.Next)
+			}
 		}
 		return nil
 	}
@@ -224,7 +274,8 @@ func (t *tools) exec(ctx context.Context, a ExecArgs) (ExecResult, string, error
 	}
 	r := ExecResult{ExecID: info.ID, Stdout: out.text(), Stderr: errs.text(), Error: startErr,
 		Truncated: out.cut() || errs.cut(), StdoutNext: out.next, StderrNext: errs.next,
-		StdoutBytes: max(out.total, info.StdoutBytes), StderrBytes: max(errs.total, info.StderrBytes)}
+		StdoutBytes: max(out.total, info.StdoutBytes), StderrBytes: max(errs.total, info.StderrBytes),
+		StdoutLost: out.lost, StderrLost: errs.lost}
 	if x := info.Exit; x != nil {
 		r.ExitCode, r.Signal, r.TimedOut, r.DurationMS = x.ExitCode, x.Signal, x.TimedOut, x.DurationMS
 	}
@@ -249,6 +300,9 @@ func execText(r ExecResult) string {
 		fmt.Fprintf(&b, "exit code %d after %dms", r.ExitCode, r.DurationMS)
 	}
 	fmt.Fprintf(&b, " (exec %s)\n", r.ExecID)
+	if r.StdoutLost+r.StderrLost > 0 {
+		fmt.Fprintf(&b, "output lost: %d bytes of stdout and %d of stderr are no longer on the server and are not shown\n", r.StdoutLost, r.StderrLost)
+	}
 	if r.Truncated {
 		fmt.Fprintf(&b, "output cut: stdout shows %d of %d bytes, stderr %d of %d; call exec_output with exec_id %q, stdout_offset %d and stderr_offset %d for more\n",
 			r.StdoutNext, r.StdoutBytes, r.StderrNext, r.StderrBytes, r.ExecID, r.StdoutNext, r.StderrNext)
@@ -277,10 +331,12 @@ type ExecOutputArgs struct {
 type ExecOutputResult struct {
 	Stdout     string `json:"stdout"`
 	Stderr     string `json:"stderr"`
-	StdoutFrom int64  `json:"stdout_from" jsonschema:"where stdout starts: later than asked when those bytes are no longer kept"`
+	StdoutFrom int64  `json:"stdout_from" jsonschema:"where stdout starts: later than asked when bytes were lost (stdout_lost)"`
 	StderrFrom int64  `json:"stderr_from"`
 	StdoutNext int64  `json:"stdout_next" jsonschema:"the offset to read on from"`
 	StderrNext int64  `json:"stderr_next"`
+	StdoutLost int64  `json:"stdout_lost,omitempty" jsonschema:"bytes of stdout from stdout_offset that the server no longer has (it keeps the first 256 MiB of each stream): they are not shown"`
+	StderrLost int64  `json:"stderr_lost,omitempty" jsonschema:"the same for stderr"`
 	More       bool   `json:"more" jsonschema:"true when there is more output after stdout_next or stderr_next"`
 	Running    bool   `json:"running"`
 }
@@ -288,8 +344,25 @@ type ExecOutputResult struct {
 func (t *tools) execOutput(ctx context.Context, a ExecOutputArgs) (ExecOutputResult, string, error) {
 	out := &stream{limit: t.o.MaxOutputBytes, next: a.StdoutOffset}
 	errs := &stream{limit: t.o.MaxOutputBytes, next: a.StderrOffset}
-	if err := t.m.Output(ctx, a.SandboxID, a.ExecID, a.StdoutOffset, a.StderrOffset, false, collect(out, errs)); err != nil {
-		return ExecOutputResult{}, "", err
+	// One stream at a time (the other from past its end), each read only
+	// as far as it is shown.
+	for _, r := range []struct {
+		s                *stream
+		outFrom, errFrom int64
+	}{{out, a.StdoutOffset, math.MaxInt64}, {errs, math.MaxInt64, a.StderrOffset}} {
+		emit := collect(out, errs)
+		err := t.m.Output(ctx, a.SandboxID, a.ExecID, r.outFrom, r.errFrom, false, func(ev sandboxes.ExecEvent) error {
+			if err := emit(ev); err != nil {
+				return err
+			}
+			if r.s.full {
+				return errFull
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errFull) {
+			return ExecOutputResult{}, "", err
+		}
 	}
 	info, err := t.m.GetExec(ctx, a.SandboxID, a.ExecID)
 	if err != nil {
@@ -297,7 +370,7 @@ func (t *tools) execOutput(ctx context.Context, a ExecOutputArgs) (ExecOutputRes
 	}
 	r := ExecOutputResult{Stdout: out.text(), Stderr: errs.text(),
 		StdoutFrom: out.next - int64(out.buf.Len()), StderrFrom: errs.next - int64(errs.buf.Len()),
-		StdoutNext: out.next, StderrNext: errs.next, Running: info.Running}
+		StdoutNext: out.next, StderrNext: errs.next, StdoutLost: out.lost, StderrLost: errs.lost, Running: info.Running}
 	r.More = r.StdoutNext < info.StdoutBytes || r.StderrNext < info.StderrBytes
 	return r, "", nil
 }

@@ -24,9 +24,13 @@ import path from "node:path";
  *
  * code is the API's stable code ("not_found", "conflict", "policy_denied",
  * ... in docs/api.md), or "unavailable" when the server could not be
- * reached, or "exec_error" when a command could not start or its stream
- * broke off. status is the HTTP status (0 when there was none). decision is
- * the policy decision's id for "policy_denied".
+ * reached, "exec_error" when a command could not start or its stream
+ * broke off, or "output_gap" when output was lost: the server no longer had
+ * it. Such an error has gaps, a list of {stream, offset, next} (the bytes
+ * [offset, next) of "stdout" or "stderr" are missing), and result, the
+ * ExecResult of what did come; the bytes around a gap are never run
+ * together silently. status is the HTTP status (0 when there was none).
+ * decision is the policy decision's id for "policy_denied".
  */
 export class AgentSandboxError extends Error {
   /**
@@ -268,6 +272,8 @@ class Collector {
     this.cb = { stdout: o.onStdout, stderr: o.onStderr };
     this.chunks = { stdout: [], stderr: [] };
     this.pos = { stdout: stdoutFrom, stderr: stderrFrom };
+    /** @type {{stream: string, offset: number, next: number}[]} output the server did not send */
+    this.gaps = [];
     this.execId = "";
     this.exit = null;
   }
@@ -279,12 +285,22 @@ class Collector {
       case "stderr": {
         let b = ev.base64 !== undefined ? Buffer.from(ev.base64, "base64") : Buffer.from(ev.text || "", "utf8");
         const off = ev.offset || 0;
+        // Bytes skipped without a gap event are a gap all the same.
+        if (off > this.pos[ev.type]) this.gaps.push({ stream: ev.type, offset: this.pos[ev.type], next: off });
         if (off < this.pos[ev.type]) b = b.subarray(Math.min(b.length, this.pos[ev.type] - off));
         if (b.length === 0) return;
         this.pos[ev.type] = Math.max(this.pos[ev.type], off) + b.length;
         this.chunks[ev.type].push(b);
         const cb = this.cb[ev.type];
         if (cb) cb(b.toString("utf8"));
+        return;
+      }
+      case "gap": {
+        const s = ev.stream;
+        if ((s === "stdout" || s === "stderr") && ev.next > this.pos[s]) {
+          this.gaps.push({ stream: s, offset: Math.max(ev.offset || 0, this.pos[s]), next: ev.next });
+          this.pos[s] = ev.next;
+        }
         return;
       }
       case "exit":
@@ -295,6 +311,17 @@ class Collector {
       default:
         return; // started, and types a newer server may add
     }
+  }
+
+  /** Throws output_gap when output was lost; else returns the result. */
+  checked() {
+    const r = this.result();
+    if (this.gaps.length === 0) return r;
+    const what = this.gaps.map((g) => `${g.stream} bytes ${g.offset} to ${g.next}`).join(", ");
+    const err = new AgentSandboxError("output_gap", 200, `output was lost, the server no longer had it: ${what}`);
+    err.gaps = this.gaps;
+    err.result = r;
+    throw err;
   }
 
   /** @returns {ExecResult} */
@@ -333,6 +360,8 @@ export class Exec {
 
   /**
    * Its kept output from the given byte offsets; with follow, until the exit.
+   * Output the server no longer has rejects with output_gap (its result is
+   * what came, with the offsets to read on from).
    * @param {{stdout?: number, stderr?: number, follow?: boolean, onStdout?: (s: string) => void, onStderr?: (s: string) => void, signal?: AbortSignal}} [o]
    * @returns {Promise<ExecResult>} exitCode is null when it has not ended
    */
@@ -344,7 +373,7 @@ export class Exec {
     const c = new Collector(o, from.stdout, from.stderr);
     c.execId = this.id;
     await readEvents(res, (ev) => c.event(ev));
-    return c.result();
+    return c.checked();
   }
 
   /**
@@ -614,7 +643,9 @@ export class Sandbox {
   /**
    * Runs a command: a string runs with /bin/sh -c, an array as argv. A
    * non-zero exit is data (exitCode), not an error; an AgentSandboxError
-   * means it did not run (or, code "exec_error", could not start).
+   * means it did not run (or, code "exec_error", could not start). The
+   * command waits for this reader, so every byte comes; output the server
+   * did not send all the same rejects with output_gap.
    * With background it returns an Exec as soon as the command has started.
    * @param {string|string[]} cmd
    * @param {{cwd?: string, env?: Record<string,string>, timeout?: string|number, stdin?: string,
@@ -644,7 +675,7 @@ export class Sandbox {
       throw new AgentSandboxError("exec_error", 200,
         `the exec ${c.execId || ""} stream ended before the command's exit; check the sandbox with info() and run the command again`);
     }
-    return c.result();
+    return c.checked();
   }
 
   /** A background exec by its id. */

@@ -10,6 +10,7 @@
 //   AGENTSANDBOX_TEST_SOCKET=/tmp/as.sock node --test test/
 
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { describe, it, before, after } from "node:test";
 
 import { AgentSandboxError, Sandbox, runWorkflow } from "../src/index.js";
@@ -115,6 +116,22 @@ for (const [name, conn] of conns) {
       assert.equal(r.stdout, "first\nsecond\n");
       assert.equal(seen.map(([, s]) => s).join(""), "first\nsecond\n");
       assert.ok(done - seen[0][0] >= 1000, `the first line came ${seen[0][0]}ms in, the end ${done}ms: not streamed`);
+    });
+
+    // Slow (seconds): 256 MiB through the server and this client, every
+    // byte counted and hashed, in the callbacks and in the result. Over the
+    // unix socket only, to keep the suite's time.
+    if (name === "unix") it("delivers 256 MiB of output, every byte", async () => {
+      const line = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ+/\n";
+      const size = 256 << 20;
+      const want = createHash("sha256").update(line.repeat(Math.floor(size / line.length) + 1).slice(0, size)).digest("hex");
+      const seen = createHash("sha256");
+      const r = await sb.exec(`yes ${line.slice(0, -1)} | head -c ${size}`, { timeout: 600, onStdout: (s) => seen.update(s) });
+      assert.equal(r.exitCode, 0, r.stderr);
+      assert.equal(r.stdout.length, size);
+      assert.equal(r.stdoutOffset, size);
+      assert.equal(createHash("sha256").update(r.stdout).digest("hex"), want);
+      assert.equal(seen.digest("hex"), want, "the callbacks did not see every byte once, in order");
     });
 
     it("keeps bytes that are not UTF-8", async () => {

@@ -4,9 +4,10 @@
 import assert from "node:assert/strict";
 import os from "node:os";
 import path from "node:path";
+import { Readable } from "node:stream";
 import { it, beforeEach, afterEach } from "node:test";
 
-import { defaultSocket, resolveConnection } from "../src/index.js";
+import { AgentSandboxError, Sandbox, defaultSocket, resolveConnection } from "../src/index.js";
 import { formatExecResult, formatRunInfo, truncate } from "../src/langchain.js";
 
 const keys = ["AGENTSANDBOX_SOCKET", "AGENTSANDBOX_URL", "AGENTSANDBOX_TOKEN", "XDG_STATE_HOME"];
@@ -85,4 +86,46 @@ it("formats a run for a model", () => {
     `    ${"x".repeat(12)}`,
   ].join("\n"));
   assert.equal(formatRunInfo({ workflow: "w", status: "error", steps: [] }, 10), "workflow w error; record (none)");
+});
+
+// A sandbox whose every request answers these NDJSON events.
+function answering(events) {
+  const t = {
+    where: "test",
+    request: async () => {
+      const res = Readable.from([Buffer.from(events.map((e) => JSON.stringify(e) + "\n").join(""))], { objectMode: false });
+      res.statusCode = 200;
+      return res;
+    },
+  };
+  return new Sandbox("sb-1", t);
+}
+
+const gapEvents = [
+  { type: "stdout", execId: "x1", text: "abc" },
+  { type: "gap", execId: "x1", stream: "stdout", offset: 3, next: 10 },
+  { type: "stdout", execId: "x1", offset: 10, text: "xyz" },
+  { type: "stderr", execId: "x1", offset: 4, text: "late" }, // skipped 0-4 without saying
+  { type: "stdout", execId: "x1", offset: 12, text: "zw" }, // "z" again, then "w"
+  { type: "exit", execId: "x1", exit: { exitCode: 0 } },
+];
+
+function isGap(err) {
+  assert.ok(err instanceof AgentSandboxError, `want an AgentSandboxError, got ${err}`);
+  assert.equal(err.code, "output_gap");
+  assert.deepEqual(err.gaps, [{ stream: "stdout", offset: 3, next: 10 }, { stream: "stderr", offset: 0, next: 4 }]);
+  assert.match(err.message, /stdout bytes 3 to 10/);
+  assert.equal(err.result.stdout, "abcxyzw");
+  assert.equal(err.result.stderr, "late");
+  assert.equal(err.result.exitCode, 0);
+  assert.equal(err.result.stdoutOffset, 14);
+  return true;
+}
+
+it("rejects output the server did not send instead of running it together", async () => {
+  await assert.rejects(answering(gapEvents).exec("true"), isGap);
+  await assert.rejects(answering(gapEvents).getExec("x1").output({ follow: true }), isGap);
+  const r = await answering(gapEvents.slice(2, 3)).getExec("x1").output({ stdout: 10 });
+  assert.equal(r.stdout, "xyz");
+  assert.equal(r.stdoutOffset, 13);
 });

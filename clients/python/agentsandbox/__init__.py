@@ -18,12 +18,12 @@ for root, $XDG_STATE_HOME/agentsandbox/serve.sock or
 ~/.local/state/agentsandbox/serve.sock for others.
 """
 
-from ._errors import AgentSandboxError
+from ._errors import AgentSandboxError, OutputGapError
 from ._runs import RunOutput, RunResult, RunStep, run_workflow
 from ._sandbox import (CommandHandle, CommandOutput, CommandResult, Commands, FileInfo, Files, Network,
                        NetworkInfo, Sandbox, SandboxInfo, SnapshotInfo, Usage)
 from ._transport import Transport, default_socket, default_state_dir
 
-__all__ = ["AgentSandboxError", "CommandHandle", "CommandOutput", "CommandResult", "Commands", "FileInfo",
+__all__ = ["AgentSandboxError", "OutputGapError", "CommandHandle", "CommandOutput", "CommandResult", "Commands", "FileInfo",
            "Files", "Network", "NetworkInfo", "RunOutput", "RunResult", "RunStep", "Sandbox", "SandboxInfo",
            "SnapshotInfo", "Transport", "Usage", "default_socket", "default_state_dir", "run_workflow"]

@@ -7,7 +7,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from ._errors import AgentSandboxError
+from ._errors import AgentSandboxError, OutputGapError
 from ._transport import Transport, quote_path
 
 
@@ -183,6 +183,7 @@ class _Collector:
         self.dec = {k: codecs.getincrementaldecoder("utf-8")(errors="replace") for k in self.on}
         self.buf = {"stdout": bytearray(), "stderr": bytearray()}
         self.next = {"stdout": stdout_from, "stderr": stderr_from}
+        self.gaps = []  # (stream, offset, next) of output not sent
         self.exit = None
         self.exec_id = ""
 
@@ -212,13 +213,26 @@ class _Collector:
             self.exec_id = ev["execId"]
         if t in ("stdout", "stderr"):
             b = _event_bytes(ev)
+            off = ev.get("offset", 0)
+            if off > self.next[t]:  # bytes skipped without a gap event: a gap all the same
+                self.gaps.append((t, self.next[t], off))
+            elif off < self.next[t]:  # sent before
+                b = b[self.next[t] - off:]
+                off = self.next[t]
+            if not b:
+                return
             self.buf[t] += b
-            self.next[t] = ev.get("offset", 0) + len(b)
+            self.next[t] = off + len(b)
             cb = self.on[t]
             if cb is not None:
                 text = self.dec[t].decode(b)
                 if text:
                     cb(text)
+        elif t == "gap":
+            s, off, nxt = ev.get("stream"), ev.get("offset", 0), ev.get("next", 0)
+            if s in self.next and nxt > self.next[s]:
+                self.gaps.append((s, max(off, self.next[s]), nxt))
+                self.next[s] = nxt
         elif t == "exit":
             self.exit = ev.get("exit") or {}
         elif t == "error":
@@ -256,6 +270,8 @@ class CommandHandle:
         """Its kept output from byte offsets; with follow, until it ends.
 
         Pass the offsets of the last CommandOutput to read on from there.
+        Output the server no longer has raises OutputGapError once the
+        stream has ended; its result is the CommandOutput of what came.
         """
         c = _Collector(on_stdout, on_stderr, stdout, stderr)
         q = {"stdout": stdout, "stderr": stderr}
@@ -263,14 +279,26 @@ class CommandHandle:
             q["follow"] = 1
         c.feed(self._sb._t.request("GET", self._path("/output"), query=q))
         out, err = bytes(c.buf["stdout"]), bytes(c.buf["stderr"])
-        return CommandOutput(stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
-                             stdout_offset=c.next["stdout"], stderr_offset=c.next["stderr"],
-                             result=c.result() if c.exit is not None else None,
-                             stdout_bytes=out, stderr_bytes=err)
+        o = CommandOutput(stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
+                          stdout_offset=c.next["stdout"], stderr_offset=c.next["stderr"],
+                          result=c.result() if c.exit is not None else None,
+                          stdout_bytes=out, stderr_bytes=err)
+        if c.gaps:
+            raise OutputGapError(c.gaps, o)
+        return o
 
     def wait(self, on_stdout=None, on_stderr=None):
-        """Waits for its end and returns its CommandResult with all its kept output."""
-        o = self.output(0, 0, follow=True, on_stdout=on_stdout, on_stderr=on_stderr)
+        """Waits for its end and returns its CommandResult with all its kept output.
+
+        Output the server no longer has raises OutputGapError once it has
+        ended, with the CommandResult of what came.
+        """
+        try:
+            o = self.output(0, 0, follow=True, on_stdout=on_stdout, on_stderr=on_stderr)
+        except OutputGapError as e:
+            if e.result.result is None:
+                raise
+            raise OutputGapError(e.gaps, e.result.result) from None
         if o.result is None:
             raise AgentSandboxError("exec_error", 200, "exec %s: its output ended without an exit" % self.id)
         return o.result
@@ -296,6 +324,9 @@ class Commands:
         Returns a CommandResult once it exits (a non-zero exit is not an
         error), or with background=True a CommandHandle at once. on_stdout
         and on_stderr are called with each piece of output as it arrives.
+        The command waits for this reader, so every byte comes; output the
+        server did not send all the same raises OutputGapError (with the
+        CommandResult of what came) rather than be run together.
         """
         req = {}
         if isinstance(cmd, str):
@@ -326,7 +357,10 @@ class Commands:
         c = _Collector(on_stdout, on_stderr)
         c.feed(self._sb._t.request("POST", path, json_body=req,
                                    headers={"Accept": "application/x-ndjson"}))
-        return c.result()
+        r = c.result()
+        if c.gaps:
+            raise OutputGapError(c.gaps, r)
+        return r
 
     def connect(self, exec_id):
         """A handle on a background command started earlier."""

@@ -11,6 +11,9 @@ against the real `agentsandbox serve`). They need:
                             fake (which answers them not_supported_yet)
 """
 
+import hashlib
+import io
+import json
 import os
 import sys
 import threading
@@ -21,7 +24,7 @@ from unittest import mock
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import agentsandbox  # noqa: E402
-from agentsandbox import AgentSandboxError, Sandbox, SnapshotInfo, run_workflow  # noqa: E402
+from agentsandbox import AgentSandboxError, OutputGapError, Sandbox, SnapshotInfo, run_workflow  # noqa: E402
 
 SOCKET = os.environ.get("AGENTSANDBOX_TEST_SOCKET", "")
 URL = os.environ.get("AGENTSANDBOX_TEST_URL", "")
@@ -210,6 +213,20 @@ class CommandsTest(unittest.TestCase):
         self.assertEqual(rest.result.exit_code, 0)
         self.assertEqual(self.sb.commands.connect(h.id).info()["exit"]["exitCode"], 0)
 
+    # Slow (seconds): 256 MiB through the server and this client.
+    def test_256_mib_every_byte(self):
+        line = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ+/\n"
+        size = 256 << 20
+        want = hashlib.sha256((line * (size // len(line) + 1))[:size]).hexdigest()
+        seen = hashlib.sha256()
+        r = self.sb.commands.run("yes %s | head -c %d" % (line[:-1].decode(), size), timeout=600,
+                                 on_stdout=lambda s: seen.update(s.encode()))
+        self.assertEqual(r.exit_code, 0, r.stderr)
+        self.assertEqual(len(r.stdout_bytes), size)
+        self.assertEqual(hashlib.sha256(r.stdout_bytes).hexdigest(), want)
+        self.assertEqual(seen.hexdigest(), want, "the callbacks did not see every byte once, in order")
+        self.assertEqual(self.sb.commands.connect(r.exec_id).info()["stdoutBytes"], size)
+
     def test_background_signal(self):
         h = self.sb.commands.run(["sleep", "30"], background=True)
         h.signal("SIGTERM")
@@ -218,6 +235,64 @@ class CommandsTest(unittest.TestCase):
         with self.assertRaises(AgentSandboxError) as cm:
             h.signal("SIGNOTONE")
         self.assertIn(cm.exception.code, ("bad_request", "conflict"))
+
+
+class _Lines:
+    """An HTTP response of NDJSON events, for the client's stream reader alone."""
+
+    status = 200
+
+    def __init__(self, events):
+        self._b = io.BytesIO(b"".join(json.dumps(e).encode() + b"\n" for e in events))
+
+    def readline(self):
+        return self._b.readline()
+
+    def close(self):
+        pass
+
+
+class OutputGapTest(unittest.TestCase):
+    """Output the server says it did not send (a gap event), or skipped without saying, is an error."""
+
+    EVENTS = [
+        {"type": "stdout", "execId": "x1", "text": "abc"},
+        {"type": "gap", "execId": "x1", "stream": "stdout", "offset": 3, "next": 10},
+        {"type": "stdout", "execId": "x1", "offset": 10, "text": "xyz"},
+        {"type": "stderr", "execId": "x1", "offset": 4, "text": "late"},
+        {"type": "stdout", "execId": "x1", "offset": 12, "text": "zw"},  # "z" again, then "w"
+        {"type": "exit", "execId": "x1", "exit": {"exitCode": 0}},
+    ]
+
+    def sandbox(self):
+        return Sandbox("sb-1", agentsandbox.Transport(socket="/nonexistent"))
+
+    def test_foreground(self):
+        sb = self.sandbox()
+        with mock.patch.object(agentsandbox.Transport, "request", return_value=_Lines(self.EVENTS)):
+            with self.assertRaises(OutputGapError) as cm:
+                sb.commands.run("true")
+        e = cm.exception
+        self.assertEqual((e.code, e.gaps), ("output_gap", [("stdout", 3, 10), ("stderr", 0, 4)]))
+        self.assertIn("stdout bytes 3 to 10", str(e))
+        self.assertIsInstance(e, AgentSandboxError)
+        self.assertEqual((e.result.exit_code, e.result.stdout, e.result.stderr), (0, "abcxyzw", "late"))
+
+    def test_background_output_and_wait(self):
+        sb = self.sandbox()
+        h = agentsandbox.CommandHandle(sb, "x1")
+        with mock.patch.object(agentsandbox.Transport, "request", return_value=_Lines(self.EVENTS)):
+            with self.assertRaises(OutputGapError) as cm:
+                h.output(follow=True)
+        self.assertEqual((cm.exception.result.stdout_offset, cm.exception.result.stderr_offset), (14, 8))
+        with mock.patch.object(agentsandbox.Transport, "request", return_value=_Lines(self.EVENTS)):
+            with self.assertRaises(OutputGapError) as cm:
+                h.wait()
+        self.assertEqual(cm.exception.result.exit_code, 0)
+        # Without a gap nothing is raised, and offsets that start later are honoured.
+        with mock.patch.object(agentsandbox.Transport, "request", return_value=_Lines(self.EVENTS[2:3])):
+            o = h.output(stdout=10)
+        self.assertEqual((o.stdout, o.stdout_offset), ("xyz", 13))
 
 
 class FilesTest(unittest.TestCase):
