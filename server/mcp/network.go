@@ -35,6 +35,6 @@ func (t *tools) registerNetwork(s *sdk.Server) {
 // NetworkArgs are update_network's arguments.
 type NetworkArgs struct {
 	SandboxID string   `json:"sandbox_id" jsonschema:"the sandbox's id, from sandbox_create"`
-	Grant     []string `json:"grant,omitempty" jsonschema:"entries to allow, such as api.example.com:443, *.example.com:443 or 10.0.0.0/8:5432"`
+	Grant     []string `json:"grant,omitempty" jsonschema:"entries to allow, such as api.example.com:443, *.example.com:443 or 198.51.100.0/24:5432"`
 	Revoke    []string `json:"revoke,omitempty" jsonschema:"entries to remove; each must be one the sandbox has"`
 }

@@ -507,7 +507,7 @@ function snapshotId(s, name) {
 function entries(list, name) {
   if (!Array.isArray(list) || list.some((e) => typeof e !== "string" || e === "")) {
     throw new AgentSandboxError("bad_request", 0,
-      `${name}: want entries such as "pypi.org:443", "*.example.com:443" or "10.0.0.0/8:5432", not ${JSON.stringify(list)}`);
+      `${name}: want entries such as "pypi.org:443", "*.example.com:443" or "198.51.100.0/24:5432", not ${JSON.stringify(list)}`);
   }
   return list;
 }

@@ -300,12 +300,12 @@ for (const [name, conn] of conns) {
           assert.deepEqual([...after.allow].sort(), ["*.example.test:80", "a.example.test:443", "b.example.test:443"]);
           after = await s.network.revoke("a.example.test:443");
           assert.deepEqual([...after.allow].sort(), ["*.example.test:80", "b.example.test:443"]);
-          after = await s.network.update({ grant: ["10.1.2.0/24:5432"], revoke: ["*.example.test:80"] });
-          assert.deepEqual([...after.allow].sort(), ["10.1.2.0/24:5432", "b.example.test:443"]);
-          assert.deepEqual([...(await s.network.get()).allow].sort(), ["10.1.2.0/24:5432", "b.example.test:443"]);
+          after = await s.network.update({ grant: ["198.51.100.0/24:5432"], revoke: ["*.example.test:80"] });
+          assert.deepEqual([...after.allow].sort(), ["198.51.100.0/24:5432", "b.example.test:443"]);
+          assert.deepEqual([...(await s.network.get()).allow].sort(), ["198.51.100.0/24:5432", "b.example.test:443"]);
           await rejectsWith(s.network.revoke("never.example.test:443"), "bad_request", 400);
           await rejectsWith(s.network.grant("no port here"), "bad_request", 400);
-          assert.deepEqual([...(await s.network.get()).allow].sort(), ["10.1.2.0/24:5432", "b.example.test:443"]);
+          assert.deepEqual([...(await s.network.get()).allow].sort(), ["198.51.100.0/24:5432", "b.example.test:443"]);
         } finally {
           await s.kill();
         }

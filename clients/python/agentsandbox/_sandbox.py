@@ -436,7 +436,7 @@ def _entries(entries, name):
     for e in entries:
         if not isinstance(e, str) or not e:
             raise TypeError("%s: want entries such as \"pypi.org:443\", \"*.example.com:443\" or "
-                            "\"10.0.0.0/8:5432\", got %r" % (name, e))
+                            "\"198.51.100.0/24:5432\", got %r" % (name, e))
         out.append(e)
     return out
 

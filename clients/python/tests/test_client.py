@@ -435,8 +435,8 @@ class NetworkTest(unittest.TestCase):
             self.assertEqual(sorted(n.allow), ["*.example.test:80", "a.example.test:443", "b.example.test:443"])
             n = sb.network.revoke("a.example.test:443")
             self.assertEqual(sorted(n.allow), ["*.example.test:80", "b.example.test:443"])
-            n = sb.network.update(grant=["10.1.2.0/24:5432"], revoke=["*.example.test:80"])
-            self.assertEqual(sorted(n.allow), ["10.1.2.0/24:5432", "b.example.test:443"])
+            n = sb.network.update(grant=["198.51.100.0/24:5432"], revoke=["*.example.test:80"])
+            self.assertEqual(sorted(n.allow), ["198.51.100.0/24:5432", "b.example.test:443"])
             self.assertEqual(sorted(sb.network.get().allow), sorted(n.allow))
             with self.assertRaises(AgentSandboxError) as cm:
                 sb.network.revoke("never.example.test:443")
@@ -445,7 +445,7 @@ class NetworkTest(unittest.TestCase):
             with self.assertRaises(AgentSandboxError) as cm:
                 sb.network.grant("no port here")
             self.assertEqual((cm.exception.code, cm.exception.status), ("bad_request", 400))
-            self.assertEqual(sorted(sb.network.get().allow), ["10.1.2.0/24:5432", "b.example.test:443"])
+            self.assertEqual(sorted(sb.network.get().allow), ["198.51.100.0/24:5432", "b.example.test:443"])
 
     @unittest.skipUnless(REAL, "set AGENTSANDBOX_TEST_REAL=1 against the real agentsandbox serve")
     def test_no_network_room(self):
