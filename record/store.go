@@ -263,6 +263,8 @@ type Summary struct {
 	Status   Status
 	Started  time.Time
 	Duration time.Duration
+	// Owner is the record's owner (Record.Owner).
+	Owner string
 	// Problem is set, and the other fields but ID are empty, when the
 	// record could not be read (for example a hash mismatch).
 	Problem string
@@ -284,7 +286,7 @@ func (s *Store) List() ([]Summary, error) {
 		}
 		out = append(out, Summary{
 			ID: id, Workflow: r.Workflow.Name, Status: r.Status,
-			Started: r.Started, Duration: r.Duration(),
+			Started: r.Started, Duration: r.Duration(), Owner: r.Owner,
 		})
 	}
 	slices.SortFunc(out, func(a, b Summary) int {

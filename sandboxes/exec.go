@@ -192,7 +192,7 @@ func chunkEvents(id, typ string, b []byte, off int64) []ExecEvent {
 }
 
 func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(ExecEvent) error) (ExecInfo, error) {
-	b, err := m.live(id)
+	b, err := m.live(ctx, id)
 	if err != nil {
 		return ExecInfo{}, err
 	}
@@ -352,8 +352,8 @@ func (b *box) recordExec(x *execState, envNames []string) {
 	b.addEntry(a, summary)
 }
 
-func (m *manager) execState(id, execID string) (*box, *execState, error) {
-	b, err := m.box(id)
+func (m *manager) execState(ctx context.Context, id, execID string) (*box, *execState, error) {
+	b, err := m.box(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -367,7 +367,7 @@ func (m *manager) execState(id, execID string) (*box, *execState, error) {
 }
 
 func (m *manager) GetExec(ctx context.Context, id, execID string) (ExecInfo, error) {
-	_, x, err := m.execState(id, execID)
+	_, x, err := m.execState(ctx, id, execID)
 	if err != nil {
 		return ExecInfo{}, err
 	}
@@ -378,7 +378,7 @@ func (m *manager) Output(ctx context.Context, id, execID string, stdoutFrom, std
 	if stdoutFrom < 0 || stderrFrom < 0 {
 		return Errorf(CodeBadRequest, "output offsets must be 0 or more")
 	}
-	b, x, err := m.execState(id, execID)
+	b, x, err := m.execState(ctx, id, execID)
 	if err != nil {
 		return err
 	}
@@ -387,7 +387,7 @@ func (m *manager) Output(ctx context.Context, id, execID string, stdoutFrom, std
 }
 
 func (m *manager) Signal(ctx context.Context, id, execID, signal string) error {
-	b, x, err := m.execState(id, execID)
+	b, x, err := m.execState(ctx, id, execID)
 	if err != nil {
 		return err
 	}
