@@ -199,7 +199,12 @@ func (s *Store) readRecord(id ID) ([]byte, error) {
 }
 
 // Resolve expands a unique prefix of a record id, like git does for commits.
-func (s *Store) Resolve(prefix string) (ID, error) {
+func (s *Store) Resolve(prefix string) (ID, error) { return s.ResolveAmong(prefix, nil) }
+
+// ResolveAmong is Resolve among the records keep accepts (nil: all); keep
+// is asked only about ids with the prefix. The others are not mentioned,
+// not even as candidates of an ambiguous prefix.
+func (s *Store) ResolveAmong(prefix string, keep func(ID) bool) (ID, error) {
 	if prefix == "" {
 		return ID{}, errors.New("resolve record id: empty id")
 	}
@@ -217,7 +222,7 @@ func (s *Store) Resolve(prefix string) (ID, error) {
 	}
 	var found []ID
 	for _, id := range ids {
-		if strings.HasPrefix(id.String(), prefix) {
+		if strings.HasPrefix(id.String(), prefix) && (keep == nil || keep(id)) {
 			found = append(found, id)
 		}
 	}

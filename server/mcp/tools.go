@@ -49,7 +49,7 @@ func (t *tools) register(s *sdk.Server) {
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)}},
 		t.kill)
 	addTool(s, &sdk.Tool{Name: "list_sandboxes", Title: "List sandboxes",
-		Description: "List the server's sandboxes (running, and stopped ones it still remembers), optionally only those carrying every given label.",
+		Description: "List your sandboxes (running, and stopped ones the server still remembers; an admin sees every identity's), optionally only those carrying every given label.",
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)}},
 		t.list)
 	t.registerSnapshots(s)
