@@ -67,9 +67,25 @@ type identityEntry struct {
 }
 
 type identityLimits struct {
-	MaxSandboxes *int `yaml:"max_sandboxes"`
-	MaxRuns      *int `yaml:"max_runs"`
-	MaxInFlight  *int `yaml:"max_in_flight"`
+	MaxSandboxes *limit `yaml:"max_sandboxes"`
+	MaxRuns      *limit `yaml:"max_runs"`
+	MaxInFlight  *limit `yaml:"max_in_flight"`
+}
+
+// limit is a whole number as YAML writes one: 1.5 or "2" is refused,
+// not rounded or read as a number.
+type limit int
+
+func (l *limit) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
+		return fmt.Errorf("line %d: %q is not a whole number", n.Line, n.Value)
+	}
+	var v int
+	if err := n.Decode(&v); err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*l = limit(v)
+	return nil
 }
 
 // LoadIdentities reads an identities file (ReadSecretFile: a regular
@@ -193,7 +209,7 @@ func (e identityEntry) identity() (Identity, error) {
 	if l := e.Limits; l != nil {
 		for _, f := range []struct {
 			name string
-			v    *int
+			v    *limit
 			dst  *int
 		}{{"max_sandboxes", l.MaxSandboxes, &id.MaxSandboxes}, {"max_runs", l.MaxRuns, &id.MaxRuns}, {"max_in_flight", l.MaxInFlight, &id.MaxInFlight}} {
 			if f.v == nil {
@@ -202,7 +218,7 @@ func (e identityEntry) identity() (Identity, error) {
 			if *f.v < 1 {
 				return Identity{}, fmt.Errorf("identity %s: limits.%s %d: want 1 or more (leave it out for the default)", e.Name, f.name, *f.v)
 			}
-			*f.dst = *f.v
+			*f.dst = int(*f.v)
 		}
 	}
 	return id, nil
