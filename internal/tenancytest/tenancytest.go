@@ -71,6 +71,9 @@ func JSON[T any](t testing.TB, c Client, method, path string, body any, status i
 	return v
 }
 
+// Secret is the content of the file Check has a write: its own.
+func Secret(name string) string { return "SECRET of " + name + "\n" }
+
 // Options of Check.
 type Options struct {
 	// Network says the manager changes a running sandbox's network (the
@@ -92,8 +95,11 @@ func Check(t *testing.T, a, b, admin Client, o Options) (sandboxes.Info, sandbox
 		t.Errorf("%s's sandbox is owned by %q", a.Name, sbA.Owner)
 	}
 	base := "/v1/sandboxes/" + sbA.ID
-	JSON[sandboxes.FileInfo](t, a, "PUT", base+"/files/secret.txt", "A-SECRET\n", 200)
-	if st, out := a.Do(t, "POST", base+"/exec", sandboxes.ExecRequest{Argv: []string{"cat", "secret.txt"}}); st != 200 || !bytes.Contains(out, []byte("A-SECRET")) {
+	// The content is a's own: a snapshot of the same tree by another
+	// identity would be that one's too.
+	secret := Secret(a.Name)
+	JSON[sandboxes.FileInfo](t, a, "PUT", base+"/files/secret.txt", secret, 200)
+	if st, out := a.Do(t, "POST", base+"/exec", sandboxes.ExecRequest{Argv: []string{"cat", "secret.txt"}}); st != 200 || !bytes.Contains(out, []byte(strings.TrimSpace(secret))) {
 		t.Fatalf("%s's exec: %d %s", a.Name, st, out)
 	}
 	bg := JSON[sandboxes.ExecInfo](t, a, "POST", base+"/exec", sandboxes.ExecRequest{Shell: "echo A-OUTPUT; sleep 60", Background: true}, 202)
@@ -186,7 +192,7 @@ func Check(t *testing.T, a, b, admin Client, o Options) (sandboxes.Info, sandbox
 	}
 
 	// a still has its sandbox whole: b changed nothing.
-	if st, got := a.Do(t, "GET", base+"/files/secret.txt", nil); st != 200 || string(got) != "A-SECRET\n" {
+	if st, got := a.Do(t, "GET", base+"/files/secret.txt", nil); st != 200 || string(got) != secret {
 		t.Errorf("%s's file after %s's attempts: %d %q", a.Name, b.Name, st, got)
 	}
 	if x := JSON[sandboxes.ExecInfo](t, a, "GET", base+"/execs/"+bg.ID, nil, 200); !x.Running {
@@ -205,7 +211,7 @@ func Check(t *testing.T, a, b, admin Client, o Options) (sandboxes.Info, sandbox
 	if want := slices.Sorted(slices.Values([]string{a.Name, b.Name})); !slices.Equal(owners, want) {
 		t.Errorf("the admin's list shows owners %v of the two sandboxes, want %v", owners, want)
 	}
-	if st, got := admin.Do(t, "GET", base+"/files/secret.txt", nil); st != 200 || string(got) != "A-SECRET\n" {
+	if st, got := admin.Do(t, "GET", base+"/files/secret.txt", nil); st != 200 || string(got) != secret {
 		t.Errorf("the admin reads %s's file: %d %q", a.Name, st, got)
 	}
 	fork := JSON[sandboxes.Info](t, admin, "POST", "/v1/sandboxes", sandboxes.Spec{FromSnapshot: snap.ID}, 201)
