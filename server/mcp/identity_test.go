@@ -97,6 +97,9 @@ func TestMCPIdentities(t *testing.T) {
 	a, b, admin := identityClient(t, hs, tokenA), identityClient(t, hs, tokenB), identityClient(t, hs, tokenAdmin)
 
 	sbA, _ := call[mcp.Sandbox](t, a, "sandbox_create", map[string]any{"labels": map[string]string{"who": "a"}})
+	if sbA.Owner != "a" {
+		t.Errorf("a's sandbox is owned by %q", sbA.Owner)
+	}
 	call[mcp.File](t, a, "write_file", map[string]any{"sandbox_id": sbA.ID, "path": "secret.txt", "content": "A's secret"})
 	x, _ := call[mcp.ExecResult](t, a, "exec", map[string]any{"sandbox_id": sbA.ID, "argv": []string{"cat", "secret.txt"}})
 	snapA, _ := call[mcp.Snapshot](t, a, "snapshot", map[string]any{"sandbox_id": sbA.ID})
