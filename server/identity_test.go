@@ -8,13 +8,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
 	"github.com/agentsandbox/agentsandbox/internal/tenancytest"
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 )
 
@@ -238,5 +241,42 @@ func TestCheckIdentities(t *testing.T) {
 		if _, err := New(Options{Manager: fake, Identities: ids}); err == nil {
 			t.Errorf("%s: New succeeded", name)
 		}
+	}
+}
+
+// TestUnixUserIdentity: a socket the operator opened to others gives
+// each uid its own identity: nobody (uid 65534) sees none of root's
+// sandboxes and owns what it creates; root, an admin, sees it.
+func TestUnixUserIdentity(t *testing.T) {
+	testtier.Root(t)
+	testtier.Command(t, "curl", "curl", "install Debian's curl")
+	_, sock := identityServer(t, Options{Identities: testIdentities(nil)})
+	os.Chmod(filepath.Dir(sock), 0o755)
+	os.Chmod(sock, 0o666)
+	root := tenancytest.Client{Name: "uid-0", URL: "http://sandbox", HTTP: unixClient(sock)}
+	sb := tenancytest.JSON[sandboxes.Info](t, root, "POST", "/v1/sandboxes", nil, 201)
+	asNobody := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("curl", append([]string{"-s", "-w", " %{http_code}", "--unix-socket", sock}, args...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("curl as nobody %v: %v %s", args, err, out)
+		}
+		return string(out)
+	}
+	if out := asNobody("http://sandbox/v1/sandboxes"); out != "{\"sandboxes\":[]}\n 200" {
+		t.Errorf("nobody's list: %s", out)
+	}
+	if out := asNobody("http://sandbox/v1/sandboxes/" + sb.ID); !strings.HasSuffix(out, " 404") {
+		t.Errorf("nobody gets root's sandbox: %s", out)
+	}
+	out := asNobody("-X", "POST", "http://sandbox/v1/sandboxes", "-d", "{}")
+	if !strings.HasSuffix(out, " 201") || !strings.Contains(out, `"owner":"uid-65534"`) {
+		t.Fatalf("nobody's create: %s", out)
+	}
+	l := tenancytest.JSON[SandboxList](t, root, "GET", "/v1/sandboxes", nil, 200)
+	if len(l.Sandboxes) != 2 {
+		t.Errorf("root lists %d sandboxes, want its own and nobody's", len(l.Sandboxes))
 	}
 }
