@@ -90,6 +90,9 @@ type Options struct {
 	// Upstream is how steps' egress proxies reach the internet; the zero
 	// value is the host's own resolver and dialer.
 	Upstream Upstream
+	// Owner is the identity whose run or sandbox this is
+	// (record.Record.Owner: the server's caller), empty for an apply.
+	Owner string
 }
 
 // Realised is what Nix produced for one step.
@@ -165,6 +168,7 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 		Parent:      o.Parent,
 		Policy:      policyRecord(decision),
 		TraceID:     traceID(ctx),
+		Owner:       o.Owner,
 	}
 	if err := r.pinWorkflow(rec); err != nil {
 		return nil, err

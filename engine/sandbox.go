@@ -86,7 +86,7 @@ func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options
 		realised: map[string]Realised{}, inputDirs: map[string]string{}}
 	rec := &record.Record{
 		Version: record.Version, ToolVersion: o.ToolVersion, Host: o.Host.Record(),
-		Started: started, Policy: policyRecord(decision),
+		Started: started, Policy: policyRecord(decision), Owner: o.Owner,
 	}
 	sb := &Sandbox{ID: id, Step: step, Decision: decision, run: r, plan: plan, rec: rec, started: started}
 	defer func() {
@@ -297,6 +297,12 @@ func (sb *Sandbox) Draft() *record.Record {
 	rec.Error = "the server stopped without closing the sandbox (killed or crashed), and the sandbox ended with it; its usage and network log were not kept"
 	return &rec
 }
+
+// SetOwner makes owner the owner of the sandbox's record (a warm
+// sandbox is opened before anyone owns it). Call it before Draft or
+// Close, from the goroutine that opened the sandbox or under the lock
+// that publishes it.
+func (sb *Sandbox) SetOwner(owner string) { sb.rec.Owner = owner }
 
 // Store is the blob store the sandbox's record goes to.
 func (sb *Sandbox) Store() *record.Store { return sb.run.o.Store }

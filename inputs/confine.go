@@ -33,7 +33,7 @@ var ErrNoSource = errors.New("no such source")
 // Confinement is the input policy of a workflow that someone other than
 // the operator wrote: an API caller's. Under it
 //   - file inputs resolve beneath the base directory only (AllowOutside
-//     is ignored), and are always read and hashed;
+//     is ignored), and are read and hashed whenever they are there;
 //   - http(s) inputs, and git sources over http(s), dial only addresses
 //     Network accepts: each name is resolved once and the addresses it
 //     gave are judged and dialled as literals, on every connection,

@@ -57,6 +57,9 @@ const (
 type Action struct {
 	Action  string        `json:"action"`
 	Sandbox ActionSandbox `json:"sandbox"`
+	// Identity is the server's caller that asks for the action (absent
+	// for the operator's own process).
+	Identity *ActionIdentity `json:"identity,omitempty"`
 	// exec: the command, its working directory and its environment's
 	// names (never their values).
 	Command  []string `json:"command,omitempty"`
@@ -70,6 +73,14 @@ type Action struct {
 	Workflow *ActionWorkflow `json:"workflow,omitempty"`
 	// network_grant, network_revoke: the network.allow entries.
 	Network []string `json:"network,omitempty"`
+}
+
+// ActionIdentity is the caller of an action: its name in the server's
+// identities ("uid-N" on the unix socket) and its role, "user" or
+// "admin".
+type ActionIdentity struct {
+	Name string `json:"name"`
+	Role string `json:"role"`
 }
 
 // ActionWorkflow names the workflow of a run_workflow action.

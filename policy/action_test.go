@@ -2,7 +2,9 @@ package policy
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -69,5 +71,43 @@ deny_action contains msg if {
 	// Admission is not affected by deny_action rules.
 	if d := eval(t, e, okWorkflow(), vmHost); !d.Allowed() {
 		t.Errorf("admission with action rules: %v", d.Deny)
+	}
+}
+
+// TestEvalActionIdentity: the action input names the server's caller, so
+// a rule can be per identity (docs/policy.md's example).
+func TestEvalActionIdentity(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "identity.rego"), `package agentsandbox
+
+deny_action contains msg if {
+	input.action == "create"
+	input.identity.role != "admin"
+	count(input.step.network.allow) > 0
+	msg := sprintf("%s: only admins create sandboxes with network", [input.identity.name])
+}
+`)
+	e := load(t, Options{Dirs: []string{dir}})
+	step := map[string]any{"network": map[string]any{"allow": []string{"example.com:443"}}}
+	for _, c := range []struct {
+		id   *ActionIdentity
+		deny string
+	}{
+		{&ActionIdentity{Name: "ci", Role: "user"}, "ci: only admins create sandboxes with network"},
+		{&ActionIdentity{Name: "ops", Role: "admin"}, ""},
+	} {
+		d, err := e.EvalAction(context.Background(), Action{Action: ActionCreate, Identity: c.id, Step: step})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(d.Deny, "; "); got != c.deny {
+			t.Errorf("%+v: deny %q, want %q", c.id, got, c.deny)
+		}
+	}
+	// Without an identity (the operator's own process) the field is
+	// absent, and the input is what it was before identities.
+	b, _ := json.Marshal(Action{Action: ActionExec})
+	if strings.Contains(string(b), "identity") {
+		t.Errorf("an action without an identity: %s", b)
 	}
 }

@@ -199,7 +199,12 @@ func (s *Store) readRecord(id ID) ([]byte, error) {
 }
 
 // Resolve expands a unique prefix of a record id, like git does for commits.
-func (s *Store) Resolve(prefix string) (ID, error) {
+func (s *Store) Resolve(prefix string) (ID, error) { return s.ResolveAmong(prefix, nil) }
+
+// ResolveAmong is Resolve among the records keep accepts (nil: all); keep
+// is asked only about ids with the prefix. The others are not mentioned,
+// not even as candidates of an ambiguous prefix.
+func (s *Store) ResolveAmong(prefix string, keep func(ID) bool) (ID, error) {
 	if prefix == "" {
 		return ID{}, errors.New("resolve record id: empty id")
 	}
@@ -217,7 +222,7 @@ func (s *Store) Resolve(prefix string) (ID, error) {
 	}
 	var found []ID
 	for _, id := range ids {
-		if strings.HasPrefix(id.String(), prefix) {
+		if strings.HasPrefix(id.String(), prefix) && (keep == nil || keep(id)) {
 			found = append(found, id)
 		}
 	}
@@ -263,6 +268,8 @@ type Summary struct {
 	Status   Status
 	Started  time.Time
 	Duration time.Duration
+	// Owner is the record's owner (Record.Owner).
+	Owner string
 	// Problem is set, and the other fields but ID are empty, when the
 	// record could not be read (for example a hash mismatch).
 	Problem string
@@ -284,7 +291,7 @@ func (s *Store) List() ([]Summary, error) {
 		}
 		out = append(out, Summary{
 			ID: id, Workflow: r.Workflow.Name, Status: r.Status,
-			Started: r.Started, Duration: r.Duration(),
+			Started: r.Started, Duration: r.Duration(), Owner: r.Owner,
 		})
 	}
 	slices.SortFunc(out, func(a, b Summary) int {

@@ -45,6 +45,12 @@ type Record struct {
 	// TraceID is the OpenTelemetry trace the run was part of (32 hex
 	// digits), when tracing was on (docs/observability.md).
 	TraceID string `json:"traceId,omitempty"`
+	// Owner is the identity of `agentsandbox serve` whose sandbox or
+	// workflow run this is (sandboxes.Identity: a name from the
+	// identities file, "token", or "uid-N" on the unix socket); only it
+	// and admins are shown the record. Empty for an apply and for
+	// records written before identities existed, which keep their ids.
+	Owner string `json:"owner,omitempty"`
 }
 
 // Sandbox is what happened in a long-lived sandbox, in order.

@@ -96,6 +96,9 @@ type Info struct {
 	// Ended says why a stopped sandbox stopped: "killed", "expired",
 	// "idle", "exited: ..." or "server stopped".
 	Ended string `json:"ended,omitempty"`
+	// Owner is the identity the sandbox belongs to (identity.go): only it
+	// and admins see it.
+	Owner string `json:"owner,omitempty"`
 }
 
 // Usage is what a sandbox has used so far.

@@ -17,8 +17,9 @@ import (
 
 // box is one sandbox of the manager.
 type box struct {
-	m  *manager
-	id string
+	m     *manager
+	id    string
+	owner string // the identity it belongs to (identity.go); set at reservation
 
 	mu        sync.Mutex
 	sb        *engine.Sandbox // nil while it is being opened

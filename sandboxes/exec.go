@@ -333,7 +333,7 @@ func (x *execState) pieceEvents(p piece) []ExecEvent {
 }
 
 func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(ExecEvent) error) (ExecInfo, error) {
-	b, err := m.live(id)
+	b, err := m.live(ctx, id)
 	if err != nil {
 		return ExecInfo{}, err
 	}
@@ -515,8 +515,8 @@ func (b *box) recordExec(x *execState, envNames []string) {
 // stay.
 const maxEndedExecs = 256
 
-func (m *manager) execState(id, execID string) (*box, *execState, error) {
-	b, err := m.box(id)
+func (m *manager) execState(ctx context.Context, id, execID string) (*box, *execState, error) {
+	b, err := m.box(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -534,7 +534,7 @@ func (m *manager) execState(id, execID string) (*box, *execState, error) {
 }
 
 func (m *manager) GetExec(ctx context.Context, id, execID string) (ExecInfo, error) {
-	_, x, err := m.execState(id, execID)
+	_, x, err := m.execState(ctx, id, execID)
 	if err != nil {
 		return ExecInfo{}, err
 	}
@@ -545,7 +545,7 @@ func (m *manager) Output(ctx context.Context, id, execID string, stdoutFrom, std
 	if stdoutFrom < 0 || stderrFrom < 0 {
 		return Errorf(CodeBadRequest, "output offsets must be 0 or more")
 	}
-	b, x, err := m.execState(id, execID)
+	b, x, err := m.execState(ctx, id, execID)
 	if err != nil {
 		return err
 	}
@@ -554,7 +554,7 @@ func (m *manager) Output(ctx context.Context, id, execID string, stdoutFrom, std
 }
 
 func (m *manager) Signal(ctx context.Context, id, execID, signal string) error {
-	b, x, err := m.execState(id, execID)
+	b, x, err := m.execState(ctx, id, execID)
 	if err != nil {
 		return err
 	}

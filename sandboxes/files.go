@@ -70,7 +70,7 @@ func fsError(p string, err error) error {
 // root opens the workspace of sandbox id for an action on p, once the
 // policy allows it; the decision's id comes back for the record.
 func (m *manager) root(ctx context.Context, id, action, p string) (*box, *jobfs.Root, string, error) {
-	b, err := m.live(id)
+	b, err := m.live(ctx, id)
 	if err != nil {
 		return nil, nil, "", err
 	}

@@ -20,7 +20,8 @@ import (
 // inline is fetched under the policy's api_inputs (policy.APIInputs,
 // inputs.Confinement): files beneath the template directory, git over
 // http(s) only, public addresses only (after DNS, on every connection,
-// redirects too), nothing served from the store by its digest. Its
+// redirects too), nothing served from the store by its digest but what
+// the caller owns (owned.go). Its
 // inputs are judged before the run starts, and what is refused is a 403
 // naming the input and the policy key.
 
@@ -41,8 +42,9 @@ func (m *manager) fetchFrom(f *inputs.Fetcher) engine.FetchFunc {
 
 // apiFetch is the FetchFunc of an inline workflow w under pol's
 // api_inputs, once every input of w passed the checks that need no
-// network: nil when w has no inputs.
-func (m *manager) apiFetch(pol *policy.Engine, w *workflow.Workflow) (engine.FetchFunc, error) {
+// network: nil when w has no inputs. owns says which stored content the
+// caller may be served by its pin (all of it with api_inputs.from_store).
+func (m *manager) apiFetch(pol *policy.Engine, w *workflow.Workflow, owns func(record.Digest) bool) (engine.FetchFunc, error) {
 	if len(w.Inputs) == 0 {
 		return nil, nil
 	}
@@ -56,6 +58,9 @@ func (m *manager) apiFetch(pol *policy.Engine, w *workflow.Workflow) (engine.Fet
 	conf, err := inputs.NewConfinement(settings.GitSchemes, settings.FromStore, settings.NetworkAllow, settings.EgressDeny)
 	if err != nil {
 		return nil, Errorf(CodeInternal, "the policy's api_inputs: %w", err)
+	}
+	if conf.Owns == nil {
+		conf.Owns = owns
 	}
 	for _, in := range w.Inputs {
 		if in.Kind == workflow.InputFile && m.o.TemplateDir == "" {

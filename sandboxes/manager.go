@@ -80,6 +80,11 @@ type manager struct {
 	opening sync.WaitGroup // Creates between their reservation and their end
 	runs    int            // workflows running (runs.go)
 	runsWG  sync.WaitGroup // the same, to wait for at Close
+	// creating and runsBy count, by owner, the creates between their
+	// first check and their box's reservation, and the runs under way:
+	// with the boxes they are what an identity's limits bound.
+	creating map[string]int
+	runsBy   map[string]int
 
 	warm       []*warmPool    // one per Options.Warm
 	discarding sync.WaitGroup // warm sandboxes being discarded (closeWarm waits)
@@ -120,7 +125,8 @@ func New(o Options) (Manager, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	m := &manager{o: o, boxes: map[string]*box{}, stop: make(chan struct{}), done: make(chan struct{})}
+	m := &manager{o: o, boxes: map[string]*box{}, creating: map[string]int{}, runsBy: map[string]int{},
+		stop: make(chan struct{}), done: make(chan struct{})}
 	if m.o.Engine.Fetch == nil && m.o.Inputs != nil {
 		m.o.Engine.Fetch = m.fetchFrom(m.o.Inputs)
 	}
@@ -172,15 +178,31 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 	// A full server refuses before it parses the spec or reads a
 	// template, unless a warm sandbox (whose place is taken already) might
 	// serve it; the count is checked again below, where it is reserved.
+	// So does an identity at its own limit, whose place is held from here
+	// to the reservation.
+	who := caller(ctx)
 	m.mu.Lock()
 	if m.inUse() >= m.o.MaxSandboxes && m.warmReady() == 0 {
 		err := m.limitError()
 		m.mu.Unlock()
 		return Info{}, err
 	}
+	if err := m.ownerLimit(who); err != nil {
+		m.mu.Unlock()
+		return Info{}, err
+	}
+	m.creating[who.Name]++
 	m.mu.Unlock()
+	held := true
+	defer func() {
+		if held {
+			m.mu.Lock()
+			m.doneCreating(who.Name)
+			m.mu.Unlock()
+		}
+	}()
 	if s.FromSnapshot != "" {
-		if _, err := m.snapshotDigest(m.o.Engine.Store, s.FromSnapshot); err != nil {
+		if _, err := m.snapshotDigest(ctx, m.o.Engine.Store, s.FromSnapshot); err != nil {
 			return Info{}, err
 		}
 	}
@@ -218,9 +240,12 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 	if warm != nil {
 		m.handOver(warm)
 	}
-	// Reserve the place while the sandbox is being opened.
-	b := &box{m: m, id: id, execs: map[string]*execState{}}
+	// Reserve the place while the sandbox is being opened; from here the
+	// box counts against its owner's limit.
+	b := &box{m: m, id: id, owner: who.Name, execs: map[string]*execState{}}
 	m.boxes[id] = b
+	m.doneCreating(who.Name)
+	held = false
 	m.opening.Add(1)
 	m.mu.Unlock()
 	defer m.opening.Done()
@@ -249,13 +274,14 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 		return Info{}, &Error{Code: CodeStopped, Message: "the server is stopping", Err: cerr}
 	}
 	now := time.Now().UTC()
+	sb.SetOwner(who.Name) // before the journal's draft and any kill
 	b.mu.Lock()
 	b.sb = sb
 	b.labels = maps.Clone(s.Labels)
 	b.info = Info{
 		ID: id, State: StateRunning, Isolation: string(sb.Step.Isolation), Labels: maps.Clone(s.Labels),
 		Created: now, ExpiresAt: now.Add(ttl), IdleTimeout: Duration(idle), LastActive: now,
-		Step: canonicalStep(sb.Step),
+		Step: canonicalStep(sb.Step), Owner: who.Name,
 	}
 	if b.info.Labels == nil {
 		b.info.Labels = map[string]string{}
@@ -266,7 +292,7 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 	}
 	b.mu.Unlock()
 	if s.FromSnapshot != "" {
-		if err := b.restore(m, s.FromSnapshot); err != nil {
+		if err := b.restore(ctx, m, s.FromSnapshot); err != nil {
 			_ = b.kill(context.WithoutCancel(ctx), "its snapshot could not be restored")
 			return Info{}, err
 		}
@@ -351,6 +377,32 @@ func (m *manager) limitError() error {
 	return Errorf(CodeLimit, "this server already holds %d sandboxes (%d running, %d warm), its limit; kill one (DELETE /v1/sandboxes/ID) first", m.o.MaxSandboxes, n, m.inUse()-n)
 }
 
+// ownerLimit refuses a create of who at its own MaxSandboxes: its
+// sandboxes not stopped (those being opened too) and its creates not yet
+// reserved. m.mu is held.
+func (m *manager) ownerLimit(who Identity) error {
+	if who.MaxSandboxes <= 0 {
+		return nil
+	}
+	n := m.creating[who.Name]
+	for _, b := range m.boxes {
+		if b.owner == who.Name && !b.stopped() {
+			n++
+		}
+	}
+	if n >= who.MaxSandboxes {
+		return Errorf(CodeLimit, "identity %s already holds %d sandboxes, its limit (max_sandboxes %d); kill one (DELETE /v1/sandboxes/ID) first", who.Name, n, who.MaxSandboxes)
+	}
+	return nil
+}
+
+// doneCreating ends a create's hold on its owner's place; m.mu is held.
+func (m *manager) doneCreating(owner string) {
+	if m.creating[owner]--; m.creating[owner] <= 0 {
+		delete(m.creating, owner)
+	}
+}
+
 // running counts the sandboxes not stopped; m.mu is held.
 func (m *manager) running() int {
 	n := 0
@@ -362,19 +414,21 @@ func (m *manager) running() int {
 	return n
 }
 
-func (m *manager) box(id string) (*box, error) {
+// box finds sandbox id for the caller of ctx: another identity's
+// sandbox is answered exactly as one that does not exist.
+func (m *manager) box(ctx context.Context, id string) (*box, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, ok := m.boxes[id]
-	if !ok {
+	if !ok || !caller(ctx).Owns(b.owner) {
 		return nil, Errorf(CodeNotFound, "no sandbox %q on this server (GET /v1/sandboxes lists them)", id)
 	}
 	return b, nil
 }
 
 // live returns a running, opened sandbox for an action, marking it active.
-func (m *manager) live(id string) (*box, error) {
-	b, err := m.box(id)
+func (m *manager) live(ctx context.Context, id string) (*box, error) {
+	b, err := m.box(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -394,7 +448,7 @@ func (m *manager) live(id string) (*box, error) {
 }
 
 func (m *manager) Get(ctx context.Context, id string) (Info, error) {
-	b, err := m.box(id)
+	b, err := m.box(ctx, id)
 	if err != nil {
 		return Info{}, err
 	}
@@ -402,8 +456,14 @@ func (m *manager) Get(ctx context.Context, id string) (Info, error) {
 }
 
 func (m *manager) List(ctx context.Context, labels map[string]string) ([]Info, error) {
+	who := caller(ctx)
 	m.mu.Lock()
-	bs := slices.Collect(maps.Values(m.boxes))
+	var bs []*box
+	for _, b := range m.boxes {
+		if who.Owns(b.owner) {
+			bs = append(bs, b)
+		}
+	}
 	m.mu.Unlock()
 	out := []Info{}
 	for _, b := range bs {
@@ -426,7 +486,7 @@ func (m *manager) List(ctx context.Context, labels map[string]string) ([]Info, e
 }
 
 func (m *manager) Extend(ctx context.Context, id string, ttl, idle time.Duration) (Info, error) {
-	b, err := m.live(id)
+	b, err := m.live(ctx, id)
 	if err != nil {
 		return Info{}, err
 	}
@@ -445,7 +505,7 @@ func (m *manager) Extend(ctx context.Context, id string, ttl, idle time.Duration
 }
 
 func (m *manager) Kill(ctx context.Context, id string) (Info, error) {
-	b, err := m.box(id)
+	b, err := m.box(ctx, id)
 	if err != nil {
 		return Info{}, err
 	}

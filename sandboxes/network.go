@@ -53,7 +53,7 @@ type NetworkManager interface {
 const maxNetworkEntries = 256
 
 func (m *manager) Network(ctx context.Context, id string) (NetworkInfo, error) {
-	b, err := m.live(id)
+	b, err := m.live(ctx, id)
 	if err != nil {
 		return NetworkInfo{}, err
 	}
@@ -79,7 +79,7 @@ func (m *manager) UpdateNetwork(ctx context.Context, id string, u NetworkUpdate)
 	if err != nil {
 		return NetworkInfo{}, err
 	}
-	b, err := m.live(id)
+	b, err := m.live(ctx, id)
 	if err != nil {
 		return NetworkInfo{}, err
 	}

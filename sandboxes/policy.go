@@ -62,6 +62,9 @@ func (m *manager) authorize(ctx context.Context, b *box, a policy.Action) (strin
 		a.Sandbox = policy.ActionSandbox{ID: b.id, Labels: b.labels, Isolation: b.info.Isolation}
 		b.mu.Unlock()
 	}
+	if id, ok := IdentityFrom(ctx); ok {
+		a.Identity = &policy.ActionIdentity{Name: id.Name, Role: id.Role()}
+	}
 	start := time.Now()
 	d, err := pol.EvalAction(ctx, a)
 	if err != nil {

@@ -49,7 +49,7 @@ func TestExecMemoryReleased(t *testing.T) {
 	if grew := int64(after) - int64(before); grew > 16<<20 {
 		t.Errorf("40 execs of 4 MiB grew the heap by %d MiB (from %d to %d MiB), want it flat", grew>>20, before>>20, after>>20)
 	}
-	b, err := m.(*manager).box(id)
+	b, err := m.(*manager).box(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}

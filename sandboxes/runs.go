@@ -92,6 +92,7 @@ type Runner interface {
 // request holds. A server that is stopping cancels it (its record then
 // says so).
 func (m *manager) Run(ctx context.Context, r RunRequest) (RunInfo, error) {
+	who := caller(ctx)
 	m.mu.Lock()
 	switch {
 	case m.closing:
@@ -100,13 +101,21 @@ func (m *manager) Run(ctx context.Context, r RunRequest) (RunInfo, error) {
 	case m.runs >= m.o.MaxRuns:
 		m.mu.Unlock()
 		return RunInfo{}, Errorf(CodeLimit, "this server already runs %d workflows, its limit; wait for one to finish", m.o.MaxRuns)
+	case who.MaxRuns > 0 && m.runsBy[who.Name] >= who.MaxRuns:
+		n := m.runsBy[who.Name]
+		m.mu.Unlock()
+		return RunInfo{}, Errorf(CodeLimit, "identity %s already runs %d workflows, its limit (max_runs %d); wait for one to finish", who.Name, n, who.MaxRuns)
 	}
 	m.runs++
+	m.runsBy[who.Name]++
 	m.runsWG.Add(1)
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
 		m.runs--
+		if m.runsBy[who.Name]--; m.runsBy[who.Name] <= 0 {
+			delete(m.runsBy, who.Name)
+		}
 		m.mu.Unlock()
 		m.runsWG.Done()
 	}()
@@ -128,7 +137,7 @@ func (m *manager) Run(ctx context.Context, r RunRequest) (RunInfo, error) {
 	pol := m.policy()
 	var apiFetch engine.FetchFunc
 	if r.Inline != "" {
-		if apiFetch, err = m.apiFetch(pol, w); err != nil {
+		if apiFetch, err = m.apiFetch(pol, w, m.owned(who)); err != nil {
 			return RunInfo{}, err
 		}
 	}
@@ -146,6 +155,7 @@ func (m *manager) Run(ctx context.Context, r RunRequest) (RunInfo, error) {
 	eo := m.o.Engine
 	eo.WorkflowPath, eo.WorkflowBytes = path, raw
 	eo.Isolation = workflow.Isolation(r.Isolation)
+	eo.Owner = who.Name
 	if pol != nil {
 		eo.Policy = pol
 	}

@@ -18,9 +18,17 @@ import (
 
 // Snapshots are NARs of the workspace in the blob store, named by a ref
 // ("snapshot"/<hex>) so that a restore or a fork takes only a snapshot
-// this server took, never any blob a client names.
+// this server took, never any blob a client names; and by a ref of the
+// identity whose sandbox took it ("snapshot.<name>"/<hex>), so that an
+// identity restores and forks from its own snapshots only, after a
+// restart too. An admin takes any snapshot of the server. Two identities
+// whose workspaces were the same tree both own its snapshot: each has
+// the content already.
 
 const snapshotRef = "snapshot"
+
+// ownerSnapshotRef is the kind of the refs of owner's snapshots.
+func ownerSnapshotRef(owner string) string { return snapshotRef + "." + owner }
 
 // maxSnapshotEntries bounds the files of one snapshot.
 const maxSnapshotEntries = 1_000_000
@@ -50,6 +58,11 @@ func (m *manager) Snapshot(ctx context.Context, id, label string) (SnapshotInfo,
 	if err := store.PutRef(snapshotRef, hexd, h.Blob()); err != nil {
 		return SnapshotInfo{}, &Error{Code: CodeInternal, Message: "snapshot: " + err.Error(), Err: err}
 	}
+	if b.owner != "" {
+		if err := store.PutRef(ownerSnapshotRef(b.owner), hexd, h.Blob()); err != nil {
+			return SnapshotInfo{}, &Error{Code: CodeInternal, Message: "snapshot: " + err.Error(), Err: err}
+		}
+	}
 	info := SnapshotInfo{ID: sid, Sandbox: id, Label: label, Created: time.Now().UTC(), Size: n}
 	b.mu.Lock()
 	b.snapshots = append(b.snapshots, info)
@@ -65,7 +78,7 @@ func (m *manager) Snapshot(ctx context.Context, id, label string) (SnapshotInfo,
 }
 
 func (m *manager) Snapshots(ctx context.Context, id string) ([]SnapshotInfo, error) {
-	b, err := m.box(id)
+	b, err := m.box(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -74,13 +87,19 @@ func (m *manager) Snapshots(ctx context.Context, id string) ([]SnapshotInfo, err
 	return append([]SnapshotInfo{}, b.snapshots...), nil
 }
 
-// snapshotDigest checks that snap names a snapshot this server took.
-func (m *manager) snapshotDigest(store *record.Store, snap string) (record.NarHash, error) {
+// snapshotDigest checks that snap names a snapshot this server took, of
+// a sandbox of the caller of ctx unless that is an admin; another
+// identity's snapshot is answered as one that does not exist.
+func (m *manager) snapshotDigest(ctx context.Context, store *record.Store, snap string) (record.NarHash, error) {
 	hexd, ok := strings.CutPrefix(snap, "sha256:")
 	if !ok || len(hexd) != 64 || strings.Trim(hexd, "0123456789abcdef") != "" {
 		return record.NarHash{}, Errorf(CodeBadRequest, "snapshot %q: want the id a snapshot returned, sha256:<64 hex>", snap)
 	}
-	d, found, err := store.Ref(snapshotRef, hexd)
+	kind := snapshotRef
+	if who := caller(ctx); !who.Admin {
+		kind = ownerSnapshotRef(who.Name)
+	}
+	d, found, err := store.Ref(kind, hexd)
 	if err != nil {
 		return record.NarHash{}, &Error{Code: CodeInternal, Message: err.Error(), Err: err}
 	}
@@ -91,14 +110,14 @@ func (m *manager) snapshotDigest(store *record.Store, snap string) (record.NarHa
 }
 
 func (m *manager) Restore(ctx context.Context, id, snap string) (Info, error) {
-	b, err := m.live(id)
+	b, err := m.live(ctx, id)
 	if err != nil {
 		return Info{}, err
 	}
 	if _, err := m.authorize(ctx, b, policy.Action{Action: policy.ActionRestore, Path: snap}); err != nil {
 		return Info{}, err
 	}
-	if err := b.restore(m, snap); err != nil {
+	if err := b.restore(ctx, m, snap); err != nil {
 		return Info{}, err
 	}
 	return b.snapshot(), nil
@@ -109,7 +128,7 @@ func (m *manager) Restore(ctx context.Context, id, snap string) (Info, error) {
 // and the tree copied in beneath its root, never through a symlink. Both
 // writes go through jobfs: neither a symlink the snapshot holds nor one a
 // process of the sandbox plants meanwhile is ever followed.
-func (b *box) restore(m *manager, snap string) error {
+func (b *box) restore(ctx context.Context, m *manager, snap string) error {
 	b.mu.Lock()
 	for _, x := range b.execs {
 		if x.running() {
@@ -120,7 +139,7 @@ func (b *box) restore(m *manager, snap string) error {
 	sb := b.sb
 	b.mu.Unlock()
 	store := sb.Store()
-	h, err := m.snapshotDigest(store, snap)
+	h, err := m.snapshotDigest(ctx, store, snap)
 	if err != nil {
 		return err
 	}

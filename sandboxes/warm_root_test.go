@@ -135,7 +135,7 @@ func TestWarmPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen = append(seen, reloaded.ID)
-	b, _ := m.box(reloaded.ID)
+	b, _ := m.box(ctx, reloaded.ID)
 	if b.sb.Decision.BundleDigest != pol.BundleDigest() {
 		t.Errorf("the sandbox handed out after the reload was admitted by %s, not %s", b.sb.Decision.BundleDigest, pol.BundleDigest())
 	}

@@ -243,12 +243,13 @@ func uncleanPath(p string) bool {
 	return false
 }
 
-// public routes take no part in the per-client limit.
+// public routes take no part in the per-identity limit.
 var public = map[string]bool{"GET /openapi.json": true, "GET /v1/health": true}
 
 // serve is the server's handler: recovery, drain accounting,
-// authentication, the per-client limit and JSON answers for what the mux
-// would answer in text.
+// authentication (the identity goes on the request's context), the
+// per-identity limit of requests in flight and JSON answers for what the
+// mux would answer in text.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	rw := &respWriter{ResponseWriter: w}
 	defer func() {
@@ -270,12 +271,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.leave()
-	key, err := s.authenticate(r)
+	id, err := s.authenticate(r)
 	if err != nil {
 		rw.Header().Set("WWW-Authenticate", `Bearer realm="agentsandbox"`)
 		writeError(rw, err)
 		return
 	}
+	// The Manager (and MCP's tools) act for the identity: what is
+	// another's is not found.
+	r = r.WithContext(sandboxes.WithIdentity(r.Context(), id.Identity))
 	// A caller's W3C trace context (the traceparent header) makes the
 	// request's spans part of its trace; with tracing off the propagator
 	// does nothing.
@@ -286,11 +290,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	_, pattern := s.mux.Handler(r)
 	if !public[pattern] {
-		if !s.acquire(key) {
-			writeError(rw, sandboxes.Errorf(sandboxes.CodeLimit, "%d requests of this client are in flight, the most this server allows: wait for one to finish", s.o.MaxConcurrentPerClient))
+		if !s.acquire(id) {
+			writeError(rw, sandboxes.Errorf(sandboxes.CodeLimit, "%d requests of identity %s are in flight, its limit (max_in_flight): wait for one to finish", s.maxInFlight(id), id.Name))
 			return
 		}
-		defer s.release(key)
+		defer s.release(id.Name)
 	}
 	s.mux.ServeHTTP(&muxWriter{respWriter: rw, r: r}, r)
 }

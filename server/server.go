@@ -1,6 +1,8 @@
 // Package server is the REST server of `agentsandbox serve`: it serves a
-// sandboxes.Manager over HTTP on a unix socket (whose permissions are the
-// authentication) and, with a bearer token, on TCP.
+// sandboxes.Manager over HTTP on a unix socket (whose permissions decide
+// who may connect; the peer's uid is who it is) and on TCP to the
+// identities of an identities file (identities.go), each its own API
+// key, owner and limits.
 //
 // The routes, their bodies and their answers are described by the OpenAPI
 // 3.1 document openapi.json (served at GET /openapi.json, and checked
@@ -13,6 +15,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	_ "embed"
 	"errors"
@@ -47,16 +50,22 @@ const (
 // Options configure a Server.
 type Options struct {
 	Manager sandboxes.Manager
-	// Token is the bearer token TCP clients must send (Authorization:
-	// Bearer TOKEN). It is required to serve TCP; requests on the unix
-	// socket need none.
+	// Identities are who may call on TCP, each by its token
+	// (Authorization: Bearer TOKEN or X-API-Key: TOKEN): at least one is
+	// required to serve TCP. Requests on the unix socket are their peer's
+	// uid's.
+	Identities []Identity
+	// Token is the one token of serve --token-file: the user identity
+	// TokenIdentity ("token"), with only the server's limits on its
+	// sandboxes and runs. Give Token or Identities, not both.
 	Token string
 	// MaxBodyBytes bounds a JSON request body (default 1 MiB). File
 	// bodies are bounded by sandboxes.MaxFileBytes.
 	MaxBodyBytes int64
-	// MaxConcurrentPerClient bounds the requests one client has in flight
-	// (default 16); more are answered 429. A client is the bearer token
-	// on TCP and the peer's uid on the unix socket.
+	// MaxConcurrentPerClient bounds the requests one identity has in
+	// flight (default 16) unless its Identity.MaxInFlight says otherwise:
+	// the unix socket's uids and Token's identity; more are answered
+	// 429.
 	MaxConcurrentPerClient int
 	// Version is what GET /v1/health reports.
 	Version string
@@ -72,6 +81,7 @@ type Options struct {
 // Server serves a Manager over HTTP.
 type Server struct {
 	o         Options
+	ids       []Identity // TCP's, from Identities or Token
 	mux       *http.ServeMux
 	handler   http.Handler
 	patterns  []string // as registered, in order
@@ -103,7 +113,11 @@ func New(o Options) (*Server, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	s := &Server{o: o, mux: http.NewServeMux(), perKey: map[string]int{}}
+	ids, err := checkIdentities(o)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{o: o, ids: ids, mux: http.NewServeMux(), perKey: map[string]int{}}
 	s.baseCtx, s.cancel = context.WithCancel(context.Background())
 	s.routes()
 	if err := s.extraRoutes(); err != nil {
@@ -186,11 +200,11 @@ func (s *Server) ServeUnix(path string) error {
 	return s.Serve(l)
 }
 
-// ServeTCP serves on addr until Shutdown; it refuses to start without a
-// token.
+// ServeTCP serves on addr until Shutdown; it refuses to start without an
+// identity to authenticate.
 func (s *Server) ServeTCP(addr string) error {
-	if s.o.Token == "" {
-		return errors.New("serve on TCP: no token: TCP clients must authenticate; give a token, or serve on a unix socket only")
+	if len(s.ids) == 0 {
+		return errors.New("serve on TCP: no identities or token: TCP clients must authenticate; give identities or a token, or serve on a unix socket only")
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -200,12 +214,12 @@ func (s *Server) ServeTCP(addr string) error {
 }
 
 // Serve serves on l until Shutdown, then returns nil. Connections of a
-// unix listener need no token; others need the token, and Serve refuses a
-// TCP listener without one.
+// unix listener are their peer's uid's; others need an identity's token,
+// and Serve refuses a TCP listener without identities.
 func (s *Server) Serve(l net.Listener) error {
-	if _, ok := l.(*net.UnixListener); !ok && s.o.Token == "" {
+	if _, ok := l.(*net.UnixListener); !ok && len(s.ids) == 0 {
 		l.Close()
-		return fmt.Errorf("serve on %s: no token: TCP clients must authenticate; give a token, or serve on a unix socket only", l.Addr())
+		return fmt.Errorf("serve on %s: no identities or token: TCP clients must authenticate; give identities or a token, or serve on a unix socket only", l.Addr())
 	}
 	hs := &http.Server{
 		Handler:           s.handler,
@@ -295,15 +309,22 @@ func (s *Server) leave() {
 	}
 }
 
-// acquire takes one of key's concurrent slots.
-func (s *Server) acquire(key string) bool {
+// acquire takes one of id's slots of requests in flight.
+func (s *Server) acquire(id Identity) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.perKey[key] >= s.o.MaxConcurrentPerClient {
+	if s.perKey[id.Name] >= s.maxInFlight(id) {
 		return false
 	}
-	s.perKey[key]++
+	s.perKey[id.Name]++
 	return true
+}
+
+func (s *Server) maxInFlight(id Identity) int {
+	if id.MaxInFlight > 0 {
+		return id.MaxInFlight
+	}
+	return s.o.MaxConcurrentPerClient
 }
 
 func (s *Server) release(key string) {
@@ -314,21 +335,96 @@ func (s *Server) release(key string) {
 	}
 }
 
-// authenticate returns the request's client key, or an error.
-func (s *Server) authenticate(r *http.Request) (string, error) {
+// checkIdentities checks o's identities and returns TCP's: Identities,
+// or Token as TokenIdentity.
+func checkIdentities(o Options) ([]Identity, error) {
+	if o.Token != "" && len(o.Identities) > 0 {
+		return nil, errors.New("server: give Options.Token or Options.Identities, not both: put the token's SHA-256 in an identity")
+	}
+	if o.Token != "" {
+		return []Identity{{Identity: sandboxes.Identity{Name: TokenIdentity}, TokenSHA256: sha256.Sum256([]byte(o.Token))}}, nil
+	}
+	names := map[string]bool{}
+	tokens := map[[32]byte]bool{}
+	for _, id := range o.Identities {
+		if err := sandboxes.ValidIdentityName(id.Name); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		switch {
+		case strings.HasPrefix(id.Name, unixPrefix):
+			return nil, fmt.Errorf("server: identity %q: names starting with %q are the unix socket's", id.Name, unixPrefix)
+		case names[id.Name]:
+			return nil, fmt.Errorf("server: two identities are named %q", id.Name)
+		case id.TokenSHA256 == [32]byte{} || id.TokenSHA256 == sha256.Sum256(nil):
+			return nil, fmt.Errorf("server: identity %q has no token", id.Name)
+		case tokens[id.TokenSHA256]:
+			return nil, fmt.Errorf("server: identity %q has the token of another", id.Name)
+		}
+		names[id.Name], tokens[id.TokenSHA256] = true, true
+	}
+	return o.Identities, nil
+}
+
+// unixIdentity is the identity of the unix socket's peer with uid: uid 0
+// is the admin uid-0, any other the user uid-N with the default limits.
+func (s *Server) unixIdentity(uid int) Identity {
+	name := unixPrefix + strconv.Itoa(uid)
+	if uid == 0 {
+		return Identity{Identity: sandboxes.Identity{Name: name, Admin: true}}
+	}
+	return Identity{Identity: sandboxes.Identity{Name: name, MaxSandboxes: DefaultIdentityMaxSandboxes, MaxRuns: DefaultIdentityMaxRuns}}
+}
+
+// authenticate returns the request's identity, or an error.
+func (s *Server) authenticate(r *http.Request) (Identity, error) {
 	if p, ok := r.Context().Value(connKey{}).(peer); ok && p.unix {
-		return "uid:" + strconv.Itoa(p.uid), nil
+		if p.uid < 0 {
+			return Identity{}, sandboxes.Errorf(sandboxes.CodeAuth, "the server could not read who is on the other end of the unix socket (SO_PEERCRED); connect from a process of this host")
+		}
+		return s.unixIdentity(p.uid), nil
 	}
-	if s.o.Token == "" {
-		return "", sandboxes.Errorf(sandboxes.CodeAuth, "this server takes requests on its unix socket only: connect with curl --unix-socket PATH")
+	if len(s.ids) == 0 {
+		return Identity{}, sandboxes.Errorf(sandboxes.CodeAuth, "this server takes requests on its unix socket only: connect with curl --unix-socket PATH")
 	}
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok {
-		return "", sandboxes.Errorf(sandboxes.CodeAuth, "no bearer token: send the header \"Authorization: Bearer TOKEN\" with the server's token")
+	tok, err := requestToken(r)
+	if err != nil {
+		return Identity{}, err
 	}
-	if subtle.ConstantTimeCompare([]byte(tok), []byte(s.o.Token)) != 1 {
-		return "", sandboxes.Errorf(sandboxes.CodeAuth, "wrong bearer token: send the token the server was started with")
+	// Every identity's hash is compared, in constant time, so the time
+	// taken says nothing of which one matched.
+	h := sha256.Sum256([]byte(tok))
+	found := -1
+	for i := range s.ids {
+		if subtle.ConstantTimeCompare(h[:], s.ids[i].TokenSHA256[:]) == 1 {
+			found = i
+		}
 	}
-	return "token", nil
+	if found < 0 {
+		return Identity{}, sandboxes.Errorf(sandboxes.CodeAuth, "wrong token: send the token of one of this server's identities")
+	}
+	return s.ids[found], nil
+}
+
+// requestToken is the token a TCP request sends: "Authorization: Bearer
+// TOKEN" or "X-API-Key: TOKEN" (E2B's SDK sends that), not two different
+// ones.
+func requestToken(r *http.Request) (string, error) {
+	var bearer string
+	if h := r.Header.Get("Authorization"); h != "" {
+		tok, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok || tok == "" {
+			return "", sandboxes.Errorf(sandboxes.CodeAuth, "the Authorization header is not a bearer token: send \"Authorization: Bearer TOKEN\" (or \"X-API-Key: TOKEN\") with your identity's token")
+		}
+		bearer = tok
+	}
+	key := r.Header.Get("X-API-Key")
+	switch {
+	case bearer != "" && key != "" && subtle.ConstantTimeCompare([]byte(bearer), []byte(key)) != 1:
+		return "", sandboxes.Errorf(sandboxes.CodeAuth, "the bearer token and the X-API-Key header differ: send one token")
+	case bearer != "":
+		return bearer, nil
+	case key != "":
+		return key, nil
+	}
+	return "", sandboxes.Errorf(sandboxes.CodeAuth, "no bearer token: send the header \"Authorization: Bearer TOKEN\" (or \"X-API-Key: TOKEN\") with your identity's token")
 }

@@ -810,8 +810,8 @@ func TestStatus(t *testing.T) {
 	}
 }
 
-// TestUnixPeer: a unix connection's client is its peer's uid, found with
-// SO_PEERCRED.
+// TestUnixPeer: a unix connection's identity is its peer's uid, found
+// with SO_PEERCRED.
 func TestUnixPeer(t *testing.T) {
 	s, _ := New(Options{Manager: fakesandboxes.New(t.TempDir())})
 	l, err := ListenUnix(filepath.Join(shortTemp(t), "p.sock"))
@@ -832,8 +832,8 @@ func TestUnixPeer(t *testing.T) {
 	}
 	defer c.Close()
 	r := httptest.NewRequest("GET", "/v1/sandboxes", nil).WithContext(s.connContext(context.Background(), c))
-	key, err := s.authenticate(r)
-	if err != nil || key != fmt.Sprintf("uid:%d", os.Getuid()) {
-		t.Errorf("client key %q, %v; want uid:%d", key, err, os.Getuid())
+	id, err := s.authenticate(r)
+	if err != nil || id.Name != fmt.Sprintf("uid-%d", os.Getuid()) || id.Admin != (os.Getuid() == 0) {
+		t.Errorf("identity %+v, %v; want uid-%d, an admin only for uid 0", id, err, os.Getuid())
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentsandbox/agentsandbox/internal/serverproc"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	mcpserver "github.com/agentsandbox/agentsandbox/server/mcp"
 )
@@ -46,10 +47,10 @@ steps:
 }
 
 // apiRun posts an inline run to serve and returns the status and the body.
-func apiRun(t *testing.T, c *http.Client, inline string) (int, string) {
+func apiRun(t *testing.T, c *http.Client, base, inline string) (int, string) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]string{"inline": inline})
-	resp, err := c.Post("http://sandbox/v1/runs", "application/json", bytes.NewReader(body))
+	resp, err := c.Post(base+"/v1/runs", "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +74,9 @@ func apiRun(t *testing.T, c *http.Client, inline string) (int, string) {
 // The operator's policy data opens one loopback port, which an API
 // caller's input is fetched from; the operator's own workflow in the
 // template directory still reads the host repository.
+//
+// The other client is the socket's root (an admin, who owns all stored
+// content); the attacker is a user identity on TCP.
 func TestServeConfinesAPIInputs(t *testing.T) {
 	testtier.Root(t)
 	testtier.Command(t, "git", "git", "install Debian's git")
@@ -126,13 +130,17 @@ func TestServeConfinesAPIInputs(t *testing.T) {
 	data := filepath.Join(dir, "policy-data.json")
 	os.WriteFile(data, []byte(`{"agentsandbox": {"api_inputs": {"network_allow": ["127.0.0.1/32:`+openPort+`"]}}}`), 0o644)
 
-	s := startApply(t, bin, "serve", "--state-dir", state, "--templates", templates, "--policy-data", data)
-	s.waitFor(t, "serving on unix socket", time.Minute)
+	addr := serverproc.FreePort(t)
+	ids := filepath.Join(dir, "identities.yaml")
+	os.WriteFile(ids, []byte("identities:\n  - name: attacker\n    token_sha256: "+hexSum([]byte(tenantB))+"\n"), 0o600)
+	s := startApply(t, bin, "serve", "--state-dir", state, "--templates", templates, "--policy-data", data, "--listen", addr, "--identities", ids)
+	s.waitFor(t, "serving on tcp", time.Minute)
 	defer func() {
 		s.cmd.Process.Signal(syscall.SIGTERM)
 		s.wait()
 	}()
 	c := unixClient(filepath.Join(state, socketName))
+	attacker, attackerURL := &http.Client{Transport: bearerTransport{tenantB}}, "http://"+addr
 	ctx := context.Background()
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "0"}, nil).Connect(ctx,
 		&sdk.StreamableClientTransport{Endpoint: "http://sandbox/mcp", HTTPClient: c, MaxRetries: -1}, nil)
@@ -142,7 +150,8 @@ func TestServeConfinesAPIInputs(t *testing.T) {
 	defer cs.Close()
 
 	// Another client's run, whose stdout is a secret; its record, with
-	// the stdout's digest, is readable over MCP.
+	// the stdout's digest, is readable over MCP (to that client: the
+	// attacker is handed the digest here, as if it had guessed it).
 	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_workflow", Arguments: map[string]any{"inline": `apiVersion: agentsandbox.dev/v1
 kind: Workflow
 name: victim-run
@@ -190,7 +199,7 @@ steps:
 		{"opened address, wrong pin", inlineWithInput(open.URL+"/data", `sha256: "`+hexSum([]byte("a guess"))+`"`), 400,
 			[]string{`"code":"bad_request"`, "checksum mismatch", hexSum([]byte("a guess"))}, []string{hexSum(opened)}},
 	} {
-		status, body := apiRun(t, c, c2.inline)
+		status, body := apiRun(t, attacker, attackerURL, c2.inline)
 		t.Logf("%s: %d %s", c2.name, status, body)
 		if status != c2.status {
 			t.Errorf("%s: status %d, want %d: %s", c2.name, status, c2.status, body)
@@ -214,7 +223,8 @@ steps:
 	}
 
 	// The same refusal over MCP.
-	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_workflow", Arguments: map[string]any{
+	ca := mcpAs(t, addr, tenantB)
+	res, err = ca.CallTool(ctx, &sdk.CallToolParams{Name: "run_workflow", Arguments: map[string]any{
 		"inline": inlineWithInput("no-such-file.txt", `sha256: "`+stdoutDigest+`"`)}})
 	if err != nil || !res.IsError || !strings.HasPrefix(res.Content[0].(*sdk.TextContent).Text, "bad_request: ") ||
 		strings.Contains(res.Content[0].(*sdk.TextContent).Text, "OTHER-CLIENT-SECRET") {
@@ -222,7 +232,7 @@ steps:
 	}
 
 	// What the policy allows works: the opened address, with its pin.
-	status, body := apiRun(t, c, inlineWithInput(open.URL+"/data", `sha256: "`+hexSum(opened)+`"`))
+	status, body := apiRun(t, attacker, attackerURL, inlineWithInput(open.URL+"/data", `sha256: "`+hexSum(opened)+`"`))
 	if status != 200 || !strings.Contains(body, `"status":"succeeded"`) || !strings.Contains(body, "opened data") {
 		t.Errorf("an input from the address the operator opened: %d %s", status, body)
 	}

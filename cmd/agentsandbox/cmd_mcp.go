@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -32,7 +33,9 @@ them, read, write and list their files, and kill them; execution records are
 its resources. It runs its own sandbox manager, set up as serve's (same flags,
 same state directory, the same policy and quotas), so it needs root like serve.
 Its sandboxes end when the client closes the connection (or on SIGINT/SIGTERM),
-and their records are written then. SIGHUP reloads the policy, as for serve;
+and their records are written then. Its caller is whoever started it: the
+identity uid-N of the process's uid, an admin for uid 0 (which sees the
+records of serve's identities in the same state directory too). SIGHUP reloads the policy, as for serve;
 decisions are logged to STATE-DIR/serve-decisions.log, as serve's are.
 
 To offer the same tools over HTTP to several clients, run serve instead: it
@@ -63,8 +66,16 @@ func runMCP(ctx context.Context, stdio Stdio, opts mcpOptions) error {
 	}
 	defer closeLog()
 	defer hup.reloadPolicy(ctx, stdio, opts.Policy, mgr)()
-	s := mcpserver.New(mgr, toolVersion(), mcpserver.Options{Records: store})
+	who := stdioIdentity(os.Getuid())
+	s := mcpserver.New(mgr, toolVersion(), mcpserver.Options{Records: store, Identity: &who})
 	return serveMCP(ctx, stdio, s, mgr)
+}
+
+// stdioIdentity is the caller of mcp on stdio, the process's uid as
+// serve's unix socket would see it: uid 0 is the admin uid-0, any other
+// the user uid-N.
+func stdioIdentity(uid int) sandboxes.Identity {
+	return sandboxes.Identity{Name: "uid-" + strconv.Itoa(uid), Admin: uid == 0}
 }
 
 // serveMCP serves s on stdio until the client hangs up or a signal, then

@@ -77,7 +77,8 @@ and kill it, which closes its execution record.
 The server is found by --socket or --url (with --token-file), else
 $AGENTSANDBOX_SOCKET, else $AGENTSANDBOX_URL with $AGENTSANDBOX_TOKEN, else the
 socket in the default state directory (/var/lib/agentsandbox/serve.sock for
-root).` + sandboxExitHelp,
+root). The server shows and acts on the sandboxes of the caller's identity
+only (its token's on TCP, its uid's on the socket; an admin's: all).` + sandboxExitHelp,
 		Example: `  ID=$(agentsandbox sandbox create --label project=demo --ttl 2h)
   agentsandbox sandbox cp main.py $ID:src/main.py
   agentsandbox sandbox exec $ID -- python3 src/main.py

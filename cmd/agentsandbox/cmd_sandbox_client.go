@@ -34,7 +34,7 @@ type connOptions struct {
 func (o *connOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Socket, "socket", "", "the server's unix socket (default $AGENTSANDBOX_SOCKET, else STATE-DIR/"+socketName+")")
 	f.StringVar(&o.URL, "url", "", "the server's TCP address, such as http://127.0.0.1:8723 (default $AGENTSANDBOX_URL)")
-	f.StringVar(&o.TokenFile, "token-file", "", "file holding the bearer token for --url (default $AGENTSANDBOX_TOKEN)")
+	f.StringVar(&o.TokenFile, "token-file", "", "file holding your identity's token for --url (default $AGENTSANDBOX_TOKEN)")
 }
 
 // apiClient talks to the server; it is thin on purpose: the JSON is
@@ -84,7 +84,7 @@ func (o connOptions) client() (*apiClient, error) {
 		token = strings.TrimSpace(string(b))
 	}
 	if token == "" {
-		return nil, usageErrorf("%s needs the server's bearer token: pass --token-file or set AGENTSANDBOX_TOKEN", rawURL)
+		return nil, usageErrorf("%s needs a token of one of the server's identities: pass --token-file or set AGENTSANDBOX_TOKEN", rawURL)
 	}
 	return &apiClient{hc: &http.Client{}, base: strings.TrimRight(rawURL, "/"), token: token, where: rawURL}, nil
 }

@@ -35,6 +35,7 @@ type serveOptions struct {
 	Socket       string
 	Listen       string
 	TokenFile    string
+	Identities   string
 	Templates    string
 	MaxSandboxes int
 	MaxRuns      int
@@ -66,10 +67,16 @@ every command and file write is appended to its execution record, closed when
 the sandbox ends (records show, verify).
 
 It listens on a unix socket in the state directory (0600, for the user who
-runs it) unless --listen ADDR is given; TCP needs a bearer token, read from
---token-file (never from the command line). The same sandboxes are offered to
-MCP clients over streamable HTTP at /mcp, behind the same authentication
-(docs/mcp.md; agentsandbox mcp serves them on stdio). SIGINT or SIGTERM drains the
+runs it), where the caller is the peer's uid (uid 0 is an admin, uid N the
+user uid-N), and with --listen ADDR on TCP too, where every request needs the
+token of an identity: --identities FILE lists them (a name, the SHA-256 of its
+token, its role, user or admin, and its limits; docs/api.md), or --token-file
+holds one token, the user identity "token" (never give a token on the command
+line). Both files must be regular files of the server's user that no one else
+can read or write. Every sandbox, run, record and snapshot belongs to the
+identity that made it: another identity gets 404, an admin sees all. The same
+sandboxes are offered to MCP clients over streamable HTTP at /mcp, behind the
+same authentication (docs/mcp.md; agentsandbox mcp serves them on stdio). SIGINT or SIGTERM drains the
 requests in flight, then stops every sandbox and writes their records. At
 start it removes what a server killed with SIGKILL left behind (as gc does).
 
@@ -89,7 +96,8 @@ they wait, count against --max-sandboxes, and are admitted by the policy in
 force (a reload replaces them, as does an edit of the template).` + exitStatusHelp,
 		Example: `  agentsandbox serve
   curl --unix-socket ~/.local/state/agentsandbox/serve.sock -X POST http://sandbox/v1/sandboxes -d '{}'
-  agentsandbox serve --listen 127.0.0.1:8723 --token-file /etc/agentsandbox/token`,
+  agentsandbox serve --listen 127.0.0.1:8723 --token-file /etc/agentsandbox/token
+  agentsandbox serve --listen 127.0.0.1:8723 --identities /etc/agentsandbox/identities.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runServe(cmd.Context(), stdio, opts)
@@ -98,8 +106,9 @@ force (a reload replaces them, as does an edit of the template).` + exitStatusHe
 	f := cmd.Flags()
 	opts.addManagerFlags(f)
 	f.StringVar(&opts.Socket, "socket", "", "unix socket to listen on (default STATE-DIR/"+socketName+")")
-	f.StringVar(&opts.Listen, "listen", "", "also listen on this TCP address, such as 127.0.0.1:8723 (needs --token-file)")
-	f.StringVar(&opts.TokenFile, "token-file", "", "file holding the bearer token TCP clients must send")
+	f.StringVar(&opts.Listen, "listen", "", "also listen on this TCP address, such as 127.0.0.1:8723 (needs --identities or --token-file)")
+	f.StringVar(&opts.TokenFile, "token-file", "", "file holding the one token TCP clients send, the user identity \"token\" (mode 0600)")
+	f.StringVar(&opts.Identities, "identities", "", "YAML file of the identities TCP clients authenticate as: name, token_sha256, role, limits (mode 0600; docs/api.md)")
 	return cmd
 }
 
@@ -159,19 +168,9 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 	if os.Geteuid() != 0 {
 		return withExit(ExitInfra, errors.New("serve runs sandboxes as namespace jails, which needs root: run it as root (sudo agentsandbox serve)"))
 	}
-	var token string
-	if opts.Listen != "" {
-		if opts.TokenFile == "" {
-			return usageErrorf("--listen needs --token-file: a TCP client must send a bearer token (write a long random one to a file only you can read)")
-		}
-		b, err := os.ReadFile(opts.TokenFile)
-		if err != nil {
-			return withExit(ExitInvalid, fmt.Errorf("--token-file: %w", err))
-		}
-		token = strings.TrimSpace(string(b))
-		if len(token) < 16 {
-			return usageErrorf("--token-file %s: the token is %d characters; use at least 16 random ones", opts.TokenFile, len(token))
-		}
+	token, ids, err := opts.tcpIdentities()
+	if err != nil {
+		return err
 	}
 	mgr, store, closeLog, err := newServeManager(ctx, stdio, opts)
 	if err != nil {
@@ -180,7 +179,7 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 	defer closeLog()
 	defer hup.reloadPolicy(ctx, stdio, opts.Policy, mgr)()
 	mcpServer := mcpserver.New(mgr, toolVersion(), mcpserver.Options{Records: store})
-	srv, err := server.New(server.Options{Manager: mgr, Token: token, Version: toolVersion(),
+	srv, err := server.New(server.Options{Manager: mgr, Token: token, Identities: ids, Version: toolVersion(),
 		Logf:  func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
 		Extra: map[string]http.Handler{"/mcp": mcpserver.HTTPHandler(mcpServer)}})
 	if err != nil {
@@ -207,7 +206,11 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 	fmt.Fprintf(stdio.Err, "serving on unix socket %s\n", socket)
 	if tl != nil {
 		go func() { errs <- srv.Serve(tl) }()
-		fmt.Fprintf(stdio.Err, "serving on tcp %s (bearer token from %s)\n", tl.Addr(), opts.TokenFile)
+		if opts.TokenFile != "" {
+			fmt.Fprintf(stdio.Err, "serving on tcp %s (the identity %q, its token from %s)\n", tl.Addr(), server.TokenIdentity, opts.TokenFile)
+		} else {
+			fmt.Fprintf(stdio.Err, "serving on tcp %s (%d identities from %s)\n", tl.Addr(), len(ids), opts.Identities)
+		}
 	}
 	sig, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -226,6 +229,36 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 		return withExit(ExitInfra, serveErr)
 	}
 	return nil
+}
+
+// tcpIdentities reads who may call on TCP: the one token of
+// --token-file, or the identities of --identities.
+func (opts serveOptions) tcpIdentities() (string, []server.Identity, error) {
+	switch {
+	case opts.TokenFile != "" && opts.Identities != "":
+		return "", nil, usageErrorf("give --identities or --token-file, not both: put the token's SHA-256 in an identity of the file")
+	case opts.Listen == "" && (opts.TokenFile != "" || opts.Identities != ""):
+		return "", nil, usageErrorf("--token-file and --identities are for TCP clients: give --listen ADDR too")
+	case opts.Listen == "":
+		return "", nil, nil
+	case opts.Identities != "":
+		ids, err := server.LoadIdentities(opts.Identities)
+		if err != nil {
+			return "", nil, withExit(ExitInvalid, fmt.Errorf("--identities: %w", err))
+		}
+		return "", ids, nil
+	case opts.TokenFile == "":
+		return "", nil, usageErrorf("--listen needs --identities or --token-file: a TCP client must send a token (write a long random one to a file only you can read, mode 0600)")
+	}
+	b, err := server.ReadSecretFile(opts.TokenFile, 4096)
+	if err != nil {
+		return "", nil, withExit(ExitInvalid, fmt.Errorf("--token-file: %w", err))
+	}
+	token := strings.TrimSpace(string(b))
+	if len(token) < 16 {
+		return "", nil, usageErrorf("--token-file %s: the token is %d characters; use at least 16 random ones", opts.TokenFile, len(token))
+	}
+	return token, nil, nil
 }
 
 // newServeManager opens the state directory, removes what a killed server

@@ -296,7 +296,7 @@ func (m *Manager) Exec(ctx context.Context, id string, r sandboxes.ExecRequest, 
 		return sandboxes.ExecInfo{}, sandboxes.Errorf(sandboxes.CodeInternal, "exec: a foreground exec needs an emit function")
 	}
 	m.mu.Lock()
-	sb, err := m.running(id)
+	sb, err := m.running(ctx, id)
 	if err != nil {
 		m.mu.Unlock()
 		return sandboxes.ExecInfo{}, err
@@ -399,10 +399,10 @@ func (m *Manager) Exec(ctx context.Context, id string, r sandboxes.ExecRequest, 
 	return e.snapshot(), nil
 }
 
-func (m *Manager) exec(id, execID string) (*execState, error) {
+func (m *Manager) exec(ctx context.Context, id, execID string) (*execState, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	sb, err := m.lookup(id)
+	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -416,8 +416,8 @@ func (m *Manager) exec(id, execID string) (*execState, error) {
 	return e, nil
 }
 
-func (m *Manager) GetExec(_ context.Context, id, execID string) (sandboxes.ExecInfo, error) {
-	e, err := m.exec(id, execID)
+func (m *Manager) GetExec(ctx context.Context, id, execID string) (sandboxes.ExecInfo, error) {
+	e, err := m.exec(ctx, id, execID)
 	if err != nil {
 		return sandboxes.ExecInfo{}, err
 	}
@@ -428,14 +428,14 @@ func (m *Manager) Output(ctx context.Context, id, execID string, stdoutFrom, std
 	if stdoutFrom < 0 || stderrFrom < 0 {
 		return sandboxes.Errorf(sandboxes.CodeBadRequest, "output: offsets must not be negative")
 	}
-	e, err := m.exec(id, execID)
+	e, err := m.exec(ctx, id, execID)
 	if err != nil {
 		return err
 	}
 	return e.follow(ctx, stdoutFrom, stderrFrom, follow, false, emit)
 }
 
-func (m *Manager) Signal(_ context.Context, id, execID, signal string) error {
+func (m *Manager) Signal(ctx context.Context, id, execID, signal string) error {
 	// The signals the real manager takes, by their full names.
 	switch signal {
 	case "SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGSTOP", "SIGCONT":
@@ -443,7 +443,7 @@ func (m *Manager) Signal(_ context.Context, id, execID, signal string) error {
 		return sandboxes.Errorf(sandboxes.CodeBadRequest, "signal %q: want one of SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGSTOP, SIGCONT", signal)
 	}
 	sig := unix.SignalNum(signal)
-	e, err := m.exec(id, execID)
+	e, err := m.exec(ctx, id, execID)
 	if err != nil {
 		return err
 	}

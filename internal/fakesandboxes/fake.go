@@ -14,7 +14,10 @@
 // bytes of each stream in a file, the newest in memory, a gap event for
 // the rest),
 // signals to the exec's process group, timeouts, files confined to the
-// sandbox's directory with os.Root, and the same error codes a real
+// sandbox's directory with os.Root, ownership by the caller's identity
+// (sandboxes.WithIdentity: another identity's sandbox or snapshot is
+// not_found, an admin sees all, a context without one is the operator,
+// the identity's MaxSandboxes holds), and the same error codes a real
 // manager answers with (not_found, conflict, bad_request, too_large,
 // limit_exceeded, server_stopping).
 package fakesandboxes
@@ -59,9 +62,13 @@ type Manager struct {
 	sandboxes map[string]*sandbox
 	closed    bool
 	closes    int
+	// snapOwners are the identities whose sandboxes took each snapshot,
+	// by its hex digest.
+	snapOwners map[string]map[string]bool
 }
 
 type sandbox struct {
+	owner string
 	info  sandboxes.Info
 	spec  sandboxes.Spec
 	dir   string
@@ -104,7 +111,7 @@ func (m *Manager) Dir(id string) string {
 	return ""
 }
 
-func (m *Manager) Create(_ context.Context, s sandboxes.Spec) (sandboxes.Info, error) {
+func (m *Manager) Create(ctx context.Context, s sandboxes.Spec) (sandboxes.Info, error) {
 	switch s.Isolation {
 	case "", "namespace", "vm", "auto":
 	default:
@@ -134,6 +141,18 @@ func (m *Manager) Create(_ context.Context, s sandboxes.Spec) (sandboxes.Info, e
 	var b [6]byte
 	rand.Read(b[:])
 	id := "sb-" + hex.EncodeToString(b[:])
+	who := caller(ctx)
+	if who.MaxSandboxes > 0 {
+		n := 0
+		for _, sb := range m.sandboxes {
+			if sb.owner == who.Name && sb.info.State == sandboxes.StateRunning {
+				n++
+			}
+		}
+		if n >= who.MaxSandboxes {
+			return sandboxes.Info{}, sandboxes.Errorf(sandboxes.CodeLimit, "identity %s already holds %d sandboxes, its limit (max_sandboxes %d); kill one first", who.Name, n, who.MaxSandboxes)
+		}
+	}
 	dir := filepath.Join(m.dir, id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return sandboxes.Info{}, sandboxes.Errorf(sandboxes.CodeInternal, "create the workspace of sandbox %s: %w", id, err)
@@ -159,19 +178,20 @@ func (m *Manager) Create(_ context.Context, s sandboxes.Spec) (sandboxes.Info, e
 		labels = map[string]string{}
 	}
 	sb := &sandbox{
-		spec: s,
-		dir:  dir,
-		root: root,
+		spec:  s,
+		dir:   dir,
+		root:  root,
+		owner: who.Name,
 		info: sandboxes.Info{
 			ID: id, State: sandboxes.StateRunning, Isolation: isolation, Labels: labels,
 			Created: now, ExpiresAt: now.Add(ttl), IdleTimeout: sandboxes.Duration(idle), LastActive: now,
-			Step: s,
+			Step: s, Owner: who.Name,
 		},
 		execs: map[string]*execState{},
 	}
 	m.sandboxes[id] = sb
 	if s.FromSnapshot != "" {
-		if err := m.restoreLocked(sb, s.FromSnapshot); err != nil {
+		if err := m.restoreLocked(ctx, sb, s.FromSnapshot); err != nil {
 			delete(m.sandboxes, id)
 			return sandboxes.Info{}, err
 		}
@@ -189,13 +209,22 @@ func (sb *sandbox) copyInfo() sandboxes.Info {
 	return i
 }
 
-// lookup finds a sandbox and ends it if its time is up. m.mu is held.
-func (m *Manager) lookup(id string) (*sandbox, error) {
+// caller is ctx's identity, sandboxes.Operator without one.
+func caller(ctx context.Context) sandboxes.Identity {
+	if id, ok := sandboxes.IdentityFrom(ctx); ok {
+		return id
+	}
+	return sandboxes.Operator
+}
+
+// lookup finds a sandbox of the caller and ends it if its time is up;
+// another identity's is not found. m.mu is held.
+func (m *Manager) lookup(ctx context.Context, id string) (*sandbox, error) {
 	if m.closed {
 		return nil, stopping()
 	}
 	sb, ok := m.sandboxes[id]
-	if !ok {
+	if !ok || !caller(ctx).Owns(sb.owner) {
 		return nil, sandboxes.Errorf(sandboxes.CodeNotFound, "no sandbox %q: list the sandboxes with GET /v1/sandboxes", id)
 	}
 	if sb.info.State == sandboxes.StateRunning {
@@ -212,8 +241,8 @@ func (m *Manager) lookup(id string) (*sandbox, error) {
 
 // running is lookup for an action that needs the sandbox running, and
 // marks it active.
-func (m *Manager) running(id string) (*sandbox, error) {
-	sb, err := m.lookup(id)
+func (m *Manager) running(ctx context.Context, id string) (*sandbox, error) {
+	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -244,17 +273,17 @@ func (sb *sandbox) stop(why string) {
 	sb.info.Record = hex.EncodeToString(sum[:])
 }
 
-func (m *Manager) Get(_ context.Context, id string) (sandboxes.Info, error) {
+func (m *Manager) Get(ctx context.Context, id string) (sandboxes.Info, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	sb, err := m.lookup(id)
+	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return sandboxes.Info{}, err
 	}
 	return sb.copyInfo(), nil
 }
 
-func (m *Manager) List(_ context.Context, labels map[string]string) ([]sandboxes.Info, error) {
+func (m *Manager) List(ctx context.Context, labels map[string]string) ([]sandboxes.Info, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -262,7 +291,10 @@ func (m *Manager) List(_ context.Context, labels map[string]string) ([]sandboxes
 	}
 	out := []sandboxes.Info{}
 	for id := range m.sandboxes {
-		sb, _ := m.lookup(id)
+		sb, err := m.lookup(ctx, id)
+		if err != nil {
+			continue // another identity's
+		}
 		match := true
 		for k, v := range labels {
 			if got, ok := sb.info.Labels[k]; !ok || got != v {
@@ -282,13 +314,13 @@ func (m *Manager) List(_ context.Context, labels map[string]string) ([]sandboxes
 	return out, nil
 }
 
-func (m *Manager) Extend(_ context.Context, id string, ttl, idle time.Duration) (sandboxes.Info, error) {
+func (m *Manager) Extend(ctx context.Context, id string, ttl, idle time.Duration) (sandboxes.Info, error) {
 	if ttl < 0 || idle < 0 {
 		return sandboxes.Info{}, sandboxes.Errorf(sandboxes.CodeBadRequest, "extend: durations must not be negative")
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	sb, err := m.running(id)
+	sb, err := m.running(ctx, id)
 	if err != nil {
 		return sandboxes.Info{}, err
 	}
@@ -301,10 +333,10 @@ func (m *Manager) Extend(_ context.Context, id string, ttl, idle time.Duration) 
 	return sb.copyInfo(), nil
 }
 
-func (m *Manager) Kill(_ context.Context, id string) (sandboxes.Info, error) {
+func (m *Manager) Kill(ctx context.Context, id string) (sandboxes.Info, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	sb, err := m.lookup(id)
+	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return sandboxes.Info{}, err
 	}

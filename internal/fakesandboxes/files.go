@@ -78,17 +78,17 @@ func fileInfo(p string, fi fs.FileInfo) sandboxes.FileInfo {
 }
 
 // workspace finds a running sandbox's root and marks the sandbox active.
-func (m *Manager) workspace(id string) (*os.Root, error) {
+func (m *Manager) workspace(ctx context.Context, id string) (*os.Root, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	sb, err := m.running(id)
+	sb, err := m.running(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	return sb.root, nil
 }
 
-func (m *Manager) PutFile(_ context.Context, id, p string, r io.Reader, mode uint32) (sandboxes.FileInfo, error) {
+func (m *Manager) PutFile(ctx context.Context, id, p string, r io.Reader, mode uint32) (sandboxes.FileInfo, error) {
 	c, err := cleanPath(p)
 	if err != nil {
 		return sandboxes.FileInfo{}, err
@@ -102,7 +102,7 @@ func (m *Manager) PutFile(_ context.Context, id, p string, r io.Reader, mode uin
 	if mode > 0o777 {
 		return sandboxes.FileInfo{}, sandboxes.Errorf(sandboxes.CodeBadRequest, "put %q: mode %04o: give permission bits only, such as 0644 or 0755", p, mode)
 	}
-	root, err := m.workspace(id)
+	root, err := m.workspace(ctx, id)
 	if err != nil {
 		return sandboxes.FileInfo{}, err
 	}
@@ -152,12 +152,12 @@ func (m *Manager) PutFile(_ context.Context, id, p string, r io.Reader, mode uin
 	return info, nil
 }
 
-func (m *Manager) GetFile(_ context.Context, id, p string, w io.Writer) (sandboxes.FileInfo, error) {
+func (m *Manager) GetFile(ctx context.Context, id, p string, w io.Writer) (sandboxes.FileInfo, error) {
 	c, err := cleanPath(p)
 	if err != nil {
 		return sandboxes.FileInfo{}, err
 	}
-	root, err := m.workspace(id)
+	root, err := m.workspace(ctx, id)
 	if err != nil {
 		return sandboxes.FileInfo{}, err
 	}
@@ -188,12 +188,12 @@ func (m *Manager) GetFile(_ context.Context, id, p string, w io.Writer) (sandbox
 	return info, nil
 }
 
-func (m *Manager) Stat(_ context.Context, id, p string) (sandboxes.FileInfo, error) {
+func (m *Manager) Stat(ctx context.Context, id, p string) (sandboxes.FileInfo, error) {
 	c, err := cleanPath(p)
 	if err != nil {
 		return sandboxes.FileInfo{}, err
 	}
-	root, err := m.workspace(id)
+	root, err := m.workspace(ctx, id)
 	if err != nil {
 		return sandboxes.FileInfo{}, err
 	}
@@ -204,12 +204,12 @@ func (m *Manager) Stat(_ context.Context, id, p string) (sandboxes.FileInfo, err
 	return fileInfo(c, fi), nil
 }
 
-func (m *Manager) ListFiles(_ context.Context, id, dir string) ([]sandboxes.FileInfo, error) {
+func (m *Manager) ListFiles(ctx context.Context, id, dir string) ([]sandboxes.FileInfo, error) {
 	c, err := cleanPath(dir)
 	if err != nil {
 		return nil, err
 	}
-	root, err := m.workspace(id)
+	root, err := m.workspace(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +237,7 @@ func (m *Manager) ListFiles(_ context.Context, id, dir string) ([]sandboxes.File
 	return out, nil
 }
 
-func (m *Manager) RemoveFile(_ context.Context, id, p string, recursive bool) error {
+func (m *Manager) RemoveFile(ctx context.Context, id, p string, recursive bool) error {
 	c, err := cleanPath(p)
 	if err != nil {
 		return err
@@ -245,7 +245,7 @@ func (m *Manager) RemoveFile(_ context.Context, id, p string, recursive bool) er
 	if c == "." {
 		return sandboxes.Errorf(sandboxes.CodeBadRequest, "remove: the workspace itself cannot be removed; name a file or directory in it")
 	}
-	root, err := m.workspace(id)
+	root, err := m.workspace(ctx, id)
 	if err != nil {
 		return err
 	}

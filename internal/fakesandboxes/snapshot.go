@@ -92,10 +92,10 @@ func copyTree(src, dst string) error {
 	})
 }
 
-func (m *Manager) Snapshot(_ context.Context, id, label string) (sandboxes.SnapshotInfo, error) {
+func (m *Manager) Snapshot(ctx context.Context, id, label string) (sandboxes.SnapshotInfo, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	sb, err := m.running(id)
+	sb, err := m.running(ctx, id)
 	if err != nil {
 		return sandboxes.SnapshotInfo{}, err
 	}
@@ -112,36 +112,43 @@ func (m *Manager) Snapshot(_ context.Context, id, label string) (sandboxes.Snaps
 			return sandboxes.SnapshotInfo{}, sandboxes.Errorf(sandboxes.CodeInternal, "snapshot: %v", err)
 		}
 	}
+	if m.snapOwners == nil {
+		m.snapOwners = map[string]map[string]bool{}
+	}
+	if m.snapOwners[hexd] == nil {
+		m.snapOwners[hexd] = map[string]bool{}
+	}
+	m.snapOwners[hexd][sb.owner] = true
 	info := sandboxes.SnapshotInfo{ID: "sha256:" + hexd, Sandbox: id, Label: label, Created: m.now()}
 	sb.snapshots = append(sb.snapshots, info)
 	return info, nil
 }
 
-func (m *Manager) Snapshots(_ context.Context, id string) ([]sandboxes.SnapshotInfo, error) {
+func (m *Manager) Snapshots(ctx context.Context, id string) ([]sandboxes.SnapshotInfo, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	sb, err := m.lookup(id)
+	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	return append([]sandboxes.SnapshotInfo{}, sb.snapshots...), nil
 }
 
-func (m *Manager) Restore(_ context.Context, id, snap string) (sandboxes.Info, error) {
+func (m *Manager) Restore(ctx context.Context, id, snap string) (sandboxes.Info, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	sb, err := m.running(id)
+	sb, err := m.running(ctx, id)
 	if err != nil {
 		return sandboxes.Info{}, err
 	}
-	if err := m.restoreLocked(sb, snap); err != nil {
+	if err := m.restoreLocked(ctx, sb, snap); err != nil {
 		return sandboxes.Info{}, err
 	}
 	return sb.copyInfo(), nil
 }
 
-func (m *Manager) restoreLocked(sb *sandbox, snap string) error {
-	src, err := m.snapshotDir(snap)
+func (m *Manager) restoreLocked(ctx context.Context, sb *sandbox, snap string) error {
+	src, err := m.snapshotDir(ctx, snap)
 	if err != nil {
 		return err
 	}
@@ -169,7 +176,9 @@ func (m *Manager) restoreLocked(sb *sandbox, snap string) error {
 	return nil
 }
 
-func (m *Manager) snapshotDir(snap string) (string, error) {
+// snapshotDir is the directory of snapshot snap, one a sandbox of the
+// caller took unless it is an admin; m.mu is held.
+func (m *Manager) snapshotDir(ctx context.Context, snap string) (string, error) {
 	var hexd string
 	if _, err := fmt.Sscanf(snap, "sha256:%64s", &hexd); err != nil || len(hexd) != 64 {
 		return "", sandboxes.Errorf(sandboxes.CodeBadRequest, "snapshot %q: want the id a snapshot returned, sha256:<64 hex>", snap)
@@ -178,6 +187,9 @@ func (m *Manager) snapshotDir(snap string) (string, error) {
 		return "", sandboxes.Errorf(sandboxes.CodeBadRequest, "snapshot %q: want the id a snapshot returned, sha256:<64 hex>", snap)
 	}
 	dir := m.snapDir(hexd)
+	if who := caller(ctx); !who.Admin && (who.Name == "" || !m.snapOwners[hexd][who.Name]) {
+		return "", sandboxes.Errorf(sandboxes.CodeNotFound, "no snapshot %s on this server", snap)
+	}
 	if _, err := os.Stat(dir); err != nil {
 		return "", sandboxes.Errorf(sandboxes.CodeNotFound, "no snapshot %s on this server", snap)
 	}

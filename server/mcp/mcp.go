@@ -29,6 +29,12 @@ type Options struct {
 	// MaxOutputBytes bounds each of stdout and stderr in an exec's result,
 	// and a file read_file returns (default DefaultMaxOutputBytes).
 	MaxOutputBytes int
+	// Identity, when set, is the caller of every request whose context
+	// carries no identity: on stdio, whoever started the process. Over
+	// HTTP the REST server puts the authenticated caller on each
+	// request's context. Tools and resources act for the caller: what is
+	// another identity's is not found (sandboxes.Identity).
+	Identity *sandboxes.Identity
 }
 
 // New returns an MCP server whose tools act on m. version is what the
@@ -40,6 +46,17 @@ func New(m sandboxes.Manager, version string, o Options) *sdk.Server {
 	s := sdk.NewServer(&sdk.Implementation{Name: "agentsandbox", Title: "agentsandbox", Version: version}, &sdk.ServerOptions{
 		Instructions: instructions,
 	})
+	if o.Identity != nil {
+		who := *o.Identity
+		s.AddReceivingMiddleware(func(next sdk.MethodHandler) sdk.MethodHandler {
+			return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+				if _, ok := sandboxes.IdentityFrom(ctx); !ok {
+					ctx = sandboxes.WithIdentity(ctx, who)
+				}
+				return next(ctx, method, req)
+			}
+		})
+	}
 	t := &tools{m: m, o: o}
 	t.register(s)
 	if o.Records != nil {

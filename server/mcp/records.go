@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentsandbox/agentsandbox/record"
+	"github.com/agentsandbox/agentsandbox/sandboxes"
 )
 
 // Record resources' URIs.
@@ -35,15 +37,27 @@ type RecordSummary struct {
 	Problem string `json:"problem,omitempty"`
 }
 
+// caller is ctx's identity (the server's caller, or Options.Identity),
+// sandboxes.Operator without one.
+func caller(ctx context.Context) sandboxes.Identity {
+	if id, ok := sandboxes.IdentityFrom(ctx); ok {
+		return id
+	}
+	return sandboxes.Operator
+}
+
 func registerRecords(s *sdk.Server, store *record.Store) {
 	s.AddResource(&sdk.Resource{URI: RecordsURI, Name: "records", Title: "Recent execution records",
-		Description: fmt.Sprintf("The %d newest execution records (of killed sandboxes and workflow runs), newest first: id, workflow, status, start and duration. Read one as %s.", MaxListedRecords, RecordURITemplate),
+		Description: fmt.Sprintf("The %d newest execution records of yours (of killed sandboxes and workflow runs), newest first: id, workflow, status, start and duration. Read one as %s.", MaxListedRecords, RecordURITemplate),
 		MIMEType:    "application/json"},
 		func(ctx context.Context, req *sdk.ReadResourceRequest) (*sdk.ReadResourceResult, error) {
 			list, err := store.List()
 			if err != nil {
 				return nil, fmt.Errorf("list records in %s: %w", store.Dir(), err)
 			}
+			// Only the caller's records (an admin's: all).
+			who := caller(ctx)
+			list = slices.DeleteFunc(list, func(r record.Summary) bool { return !who.Owns(r.Owner) })
 			out := struct {
 				Records []RecordSummary `json:"records"`
 			}{Records: []RecordSummary{}}
@@ -67,7 +81,17 @@ func registerRecords(s *sdk.Server, store *record.Store) {
 			if !ok || prefix == "" || strings.Contains(prefix, "/") {
 				return nil, sdk.ResourceNotFoundError(uri)
 			}
-			id, err := store.Resolve(prefix)
+			// Another identity's record is not found, and a prefix is
+			// resolved among the caller's own only.
+			who := caller(ctx)
+			var keep func(record.ID) bool
+			if !who.Admin {
+				keep = func(id record.ID) bool {
+					r, err := store.Get(id)
+					return err == nil && who.Owns(r.Owner)
+				}
+			}
+			id, err := store.ResolveAmong(prefix, keep)
 			if errors.Is(err, record.ErrNotFound) {
 				return nil, sdk.ResourceNotFoundError(uri)
 			}

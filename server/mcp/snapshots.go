@@ -18,7 +18,7 @@ func (t *tools) registerSnapshots(s *sdk.Server) {
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)}},
 		t.snapshots)
 	addTool(s, &sdk.Tool{Name: "restore", Title: "Roll a sandbox back to a snapshot",
-		Description: "Replace the sandbox's whole workspace with a snapshot's files (taken of this or another sandbox of this server). Files written since are lost. No command may be running in the sandbox.",
+		Description: "Replace the sandbox's whole workspace with a snapshot's files (taken of this or another of your sandboxes). Files written since are lost. No command may be running in the sandbox.",
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)}},
 		t.restore)
 }

@@ -51,7 +51,7 @@ func (t *tools) register(s *sdk.Server) {
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)}},
 		t.kill)
 	addTool(s, &sdk.Tool{Name: "list_sandboxes", Title: "List sandboxes",
-		Description: "List the server's sandboxes (running, and stopped ones it still remembers), optionally only those carrying every given label.",
+		Description: "List your sandboxes (running, and stopped ones the server still remembers; an admin sees every identity's), optionally only those carrying every given label.",
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)}},
 		t.list)
 	t.registerSnapshots(s)
@@ -86,12 +86,13 @@ type Sandbox struct {
 	Usage       sandboxes.Usage   `json:"usage"`
 	Record      string            `json:"record,omitempty" jsonschema:"the execution record's id, once the sandbox stopped"`
 	Ended       string            `json:"ended,omitempty" jsonschema:"why a stopped sandbox stopped"`
+	Owner       string            `json:"owner,omitempty" jsonschema:"the identity the sandbox belongs to"`
 }
 
 func sandboxOf(i sandboxes.Info) Sandbox {
 	return Sandbox{ID: i.ID, State: string(i.State), Isolation: i.Isolation, Labels: i.Labels,
 		Created: rfc3339(i.Created), ExpiresAt: rfc3339(i.ExpiresAt), IdleTimeout: i.IdleTimeout.D().String(),
-		LastActive: rfc3339(i.LastActive), Usage: i.Usage, Record: i.Record, Ended: i.Ended}
+		LastActive: rfc3339(i.LastActive), Usage: i.Usage, Record: i.Record, Ended: i.Ended, Owner: i.Owner}
 }
 
 func rfc3339(t time.Time) string {
