@@ -23,10 +23,14 @@ import (
 // root and never through a symlink (internal/jobfs): the job controls
 // everything in it. Paths are workspace-relative and slash-separated.
 
-// cleanPath checks an API path: relative, no "..", no NUL.
+// cleanPath checks an API path: relative, no "..", no NUL, within the
+// lengths Linux takes (CheckPathLength).
 func cleanPath(p string, rootOK bool) (string, error) {
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", Errorf(CodeBadRequest, "path holds a NUL byte")
+	}
+	if err := CheckPathLength(p); err != nil {
+		return "", err
 	}
 	p = strings.TrimPrefix(p, "/workspace/")
 	if p == "" || p == "." || p == "/workspace" {
@@ -57,6 +61,8 @@ func fsError(p string, err error) error {
 		return &Error{Code: CodeTooLarge, Message: err.Error(), Err: err}
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return &Error{Code: CodeTooLarge, Message: fmt.Sprintf("%s: the sandbox's disk is full (resources.disk)", p), Err: err}
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("%s: a name on the path is too long for the workspace's filesystem", p), Err: err}
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTEMPTY):
 		return &Error{Code: CodeConflict, Message: fmt.Sprintf("%s: %v", p, err), Err: err}
 	}
