@@ -191,7 +191,9 @@ type FileInfo struct {
 	Size    int64     `json:"size"`
 	Mode    string    `json:"mode"` // octal permission bits, such as "0644"
 	ModTime time.Time `json:"modTime"`
-	// SHA256 is set for a file just written (Put).
+	// SHA256 is the hex SHA-256 of a file just written (Put) or of the
+	// bytes of one just read (Get: the server sends it as the trailer
+	// X-Agentsandbox-Sha256).
 	SHA256 string `json:"sha256,omitempty"`
 }
 

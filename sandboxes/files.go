@@ -176,11 +176,16 @@ func (m *manager) GetFile(ctx context.Context, id, p string, w io.Writer) (FileI
 	if info.Size > MaxFileBytes {
 		return FileInfo{}, Errorf(CodeTooLarge, "%s: %d bytes, over %d, the most one get returns; read it in parts with exec (split, head -c)", p, info.Size, int64(MaxFileBytes))
 	}
-	if _, err := io.Copy(w, io.LimitReader(f, MaxFileBytes)); err != nil {
+	// The hash is of the bytes sent, which the server gives the client as
+	// a trailer to check them against.
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(f, MaxFileBytes)); err != nil {
 		return FileInfo{}, err
 	}
 	b.touch()
-	return fileInfo(p, info), nil
+	fi := fileInfo(p, info)
+	fi.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return fi, nil
 }
 
 func (m *manager) Stat(ctx context.Context, id, p string) (FileInfo, error) {

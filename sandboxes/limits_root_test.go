@@ -3,6 +3,8 @@ package sandboxes
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"strings"
 	"testing"
@@ -57,5 +59,31 @@ func TestLongPathsRefused(t *testing.T) {
 	var got bytes.Buffer
 	if _, err := m.GetFile(ctx, id, deep, &got); err != nil || got.String() != "deep" {
 		t.Errorf("get at the name limit: %q %v", got.String(), err)
+	}
+}
+
+// TestGetFileSHA256: a get gives the SHA-256 of the bytes it sent, which
+// the server sends as the trailer X-Agentsandbox-Sha256; before, the real
+// manager left it empty and the declared trailer never came.
+func TestGetFileSHA256(t *testing.T) {
+	m, _ := newManager(t, Options{})
+	ctx := context.Background()
+	info, err := m.Create(ctx, Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := strings.Repeat("0123456789abcdef", 10000)
+	put, err := m.PutFile(ctx, info.ID, "data/blob", strings.NewReader(content), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	fi, err := m.GetFile(ctx, info.ID, "data/blob", &got)
+	if err != nil || got.String() != content {
+		t.Fatalf("get: %v (%d bytes)", err, got.Len())
+	}
+	sum := sha256.Sum256([]byte(content))
+	if fi.SHA256 != hex.EncodeToString(sum[:]) || fi.SHA256 != put.SHA256 {
+		t.Errorf("get's sha256 %q, put's %q, want %x", fi.SHA256, put.SHA256, sum)
 	}
 }

@@ -6,8 +6,9 @@ class AgentSandboxError(Exception):
 
     code is the API's stable code (docs/api.md: "not_found", "conflict",
     "policy_denied", ...), or "unavailable" when the server could not be
-    reached and "exec_error" when a command could not start or its stream
-    broke off. status is the HTTP status (0 when there was none). message
+    reached, "exec_error" when a command could not start or its stream
+    broke off, and "integrity" when a file read does not hash to the
+    SHA-256 the server sent with it. status is the HTTP status (0 when there was none). message
     says what to do. decision is the policy decision's id for
     "policy_denied".
     """
