@@ -125,24 +125,27 @@ func (m *manager) PutFile(ctx context.Context, id, p string, r io.Reader, mode u
 			return FileInfo{}, fsError(dir, err)
 		}
 	}
-	f, err := root.CreateFile(p, fs.FileMode(mode), guest.DefaultUID, guest.DefaultGID)
+	// The file appears at p only once it is whole: a put refused midway
+	// (the disk's quota, the size limit, a body that broke off) leaves
+	// what was at p as it was.
+	f, err := root.CreatePending(p, fs.FileMode(mode), guest.DefaultUID, guest.DefaultGID)
 	if err != nil {
 		return FileInfo{}, fsError(p, err)
 	}
+	defer f.Abort()
 	h := sha256.New()
 	lr := &io.LimitedReader{R: r, N: MaxFileBytes + 1}
 	// The bytes go to the file, the hash and the blob store at once: the
 	// record keeps what was written.
 	d, n, perr := b.sb.Store().PutBlob(io.TeeReader(io.TeeReader(lr, h), f))
-	cerr := f.Close()
 	switch {
 	case perr != nil:
 		return FileInfo{}, fsError(p, perr)
-	case cerr != nil:
-		return FileInfo{}, fsError(p, cerr)
 	case n > MaxFileBytes:
-		_ = root.Remove(p, false)
 		return FileInfo{}, Errorf(CodeTooLarge, "%s: over %d bytes, the most one put takes", p, int64(MaxFileBytes))
+	}
+	if err := f.Commit(); err != nil {
+		return FileInfo{}, fsError(p, err)
 	}
 	info, err := root.Lstat(p)
 	if err != nil {

@@ -87,3 +87,44 @@ func TestGetFileSHA256(t *testing.T) {
 		t.Errorf("get's sha256 %q, put's %q, want %x", fi.SHA256, put.SHA256, sum)
 	}
 }
+
+// TestPutOverQuotaLeavesNoPartialFile: a put the workspace's disk quota
+// cannot hold is refused as too large and leaves nothing: a new path
+// stays absent and a file that was there keeps its bytes (before, the put
+// truncated it and left the part that fitted), and the space is free
+// again for the next put.
+func TestPutOverQuotaLeavesNoPartialFile(t *testing.T) {
+	m, _ := newManager(t, Options{})
+	ctx := context.Background()
+	info, err := m.Create(ctx, Spec{Resources: map[string]any{"disk": "16MiB"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.ID
+	old := bytes.Repeat([]byte("old "), 1<<20) // 4 MiB
+	if _, err := m.PutFile(ctx, id, "keep.bin", bytes.NewReader(old), 0); err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("big!"), 5<<20) // 20 MiB: over the disk
+	for _, p := range []string{"keep.bin", "dir/new.bin"} {
+		_, err := m.PutFile(ctx, id, p, bytes.NewReader(big), 0)
+		if CodeOf(err) != CodeTooLarge || !strings.Contains(err.Error(), "disk is full") {
+			t.Errorf("put of 20 MiB to %s on a 16 MiB disk: %v (code %s), want too_large", p, err, CodeOf(err))
+		}
+	}
+	var got bytes.Buffer
+	if _, err := m.GetFile(ctx, id, "keep.bin", &got); err != nil || !bytes.Equal(got.Bytes(), old) {
+		t.Errorf("keep.bin after a refused put: %d bytes, %v; want its 4 MiB as they were", got.Len(), err)
+	}
+	if _, err := m.Stat(ctx, id, "dir/new.bin"); CodeOf(err) != CodeNotFound {
+		t.Errorf("dir/new.bin after a refused put: %v, want not found", err)
+	}
+	out, _, _ := collect(t, m, id, ExecRequest{Shell: "ls -A . dir"})
+	if strings.Contains(out, ".agentsandbox") || strings.Count(out, "bin") != 1 {
+		t.Errorf("the workspace after refused puts:\n%s", out)
+	}
+	// The refused bytes took no room: 8 MiB more fit beside the 4.
+	if _, err := m.PutFile(ctx, id, "dir/fits.bin", bytes.NewReader(big[:8<<20]), 0); err != nil {
+		t.Errorf("put of 8 MiB after the refused ones: %v", err)
+	}
+}
