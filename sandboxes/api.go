@@ -298,6 +298,7 @@ const (
 	CodeAuth       Code = "unauthorized"      // 401
 	CodeStopped    Code = "server_stopping"   // 503
 	CodeUnsupport  Code = "not_supported_yet" // 501: a part of the API this server does not offer yet
+	CodeTimeout    Code = "timeout"           // 408: the request's body stopped arriving
 )
 
 // Error is a failure with a stable code and a message a person can act on.

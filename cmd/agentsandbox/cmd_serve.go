@@ -35,6 +35,8 @@ type serveOptions struct {
 	Socket       string
 	Listen       string
 	TokenFile    string
+	MaxConns     int
+	BodyTimeout  time.Duration
 	Templates    string
 	MaxSandboxes int
 	MaxRuns      int
@@ -80,6 +82,11 @@ SIGHUP reloads the policy from the same --policy and --policy-data sources:
 the next action and create are judged by it, and the sandboxes keep running.
 A policy that fails to load is reported and the one in force stays.
 
+Each listener holds at most --max-connections connections (1024; one more
+is answered 429 and closed), a request's headers must arrive within 10s,
+and a body that sends nothing for --body-timeout (30s) is answered 408 and
+its connection closed (docs/api.md).
+
 --warm N keeps N sandboxes of the default spec ('{}') opened ahead, and
 --warm-template FILE#STEP=N as many of a template: a create that asks for
 the same sandbox gets one at once, and the pool opens the next in the
@@ -99,6 +106,8 @@ force (a reload replaces them, as does an edit of the template).` + exitStatusHe
 	f.StringVar(&opts.Socket, "socket", "", "unix socket to listen on (default STATE-DIR/"+socketName+")")
 	f.StringVar(&opts.Listen, "listen", "", "also listen on this TCP address, such as 127.0.0.1:8723 (needs --token-file)")
 	f.StringVar(&opts.TokenFile, "token-file", "", "file holding the bearer token TCP clients must send")
+	f.IntVar(&opts.MaxConns, "max-connections", server.DefaultMaxConnections, "most connections open at once on each listener (the unix socket, --listen); one more is answered 429 and closed")
+	f.DurationVar(&opts.BodyTimeout, "body-timeout", server.DefaultBodyTimeout, "longest wait for the next bytes of a request's body; a body that stops arriving is answered 408")
 	return cmd
 }
 
@@ -107,6 +116,18 @@ force (a reload replaces them, as does an edit of the template).` + exitStatusHe
 func (opts serveOptions) check() error {
 	_, err := opts.warmSpecs()
 	return err
+}
+
+// checkHTTP refuses the HTTP server's flags (serve's, not mcp's) that it
+// cannot take.
+func (opts serveOptions) checkHTTP() error {
+	if opts.MaxConns < 1 {
+		return usageErrorf("--max-connections %d: want 1 or more", opts.MaxConns)
+	}
+	if opts.BodyTimeout <= 0 {
+		return usageErrorf("--body-timeout %s: want a positive duration, such as 30s", opts.BodyTimeout)
+	}
+	return nil
 }
 
 // warmSpecs are the pools --warm and --warm-template ask for.
@@ -140,7 +161,7 @@ func (opts serveOptions) warmSpecs() ([]sandboxes.WarmSpec, error) {
 func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 	hup := catchHangup() // from the start: one sent while starting must not kill it
 	defer hup.stop()
-	if err := opts.check(); err != nil {
+	if err := errors.Join(opts.check(), opts.checkHTTP()); err != nil {
 		return err
 	}
 	if os.Geteuid() != 0 {
@@ -168,6 +189,7 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 	defer hup.reloadPolicy(ctx, stdio, opts.Policy, mgr)()
 	mcpServer := mcpserver.New(mgr, toolVersion(), mcpserver.Options{Records: store})
 	srv, err := server.New(server.Options{Manager: mgr, Token: token, Version: toolVersion(),
+		MaxConnections: opts.MaxConns, BodyTimeout: opts.BodyTimeout,
 		Logf:  func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
 		Extra: map[string]http.Handler{"/mcp": mcpserver.HTTPHandler(mcpServer)}})
 	if err != nil {

@@ -48,7 +48,7 @@ export class AgentSandboxError extends Error {
 
 const codeOfStatus = {
   400: "bad_request", 401: "unauthorized", 403: "policy_denied", 404: "not_found",
-  409: "conflict", 413: "too_large", 429: "limit_exceeded", 500: "internal",
+  408: "timeout", 409: "conflict", 413: "too_large", 429: "limit_exceeded", 500: "internal",
   501: "not_supported_yet", 503: "server_stopping",
 };
 
