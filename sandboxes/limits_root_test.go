@@ -5,9 +5,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/agentsandbox/agentsandbox/engine"
 )
 
 // TestLongPathsRefused: on the real manager (whose workspace is a
@@ -126,5 +129,47 @@ func TestPutOverQuotaLeavesNoPartialFile(t *testing.T) {
 	// The refused bytes took no room: 8 MiB more fit beside the 4.
 	if _, err := m.PutFile(ctx, id, "dir/fits.bin", bytes.NewReader(big[:8<<20]), 0); err != nil {
 		t.Errorf("put of 8 MiB after the refused ones: %v", err)
+	}
+}
+
+// TestHostCeilingsAtAdmission: with the host's capacity probed at each
+// admission (as serve does), a sandbox or a run asking for more vcpu,
+// memory or disk than the host has is refused before anything is opened,
+// with the ceiling and the host's figure; one within them opens. Before,
+// an 8 TiB, 64 GiB, 16-vCPU sandbox was admitted on a 2-CPU, 23 GiB host.
+func TestHostCeilingsAtAdmission(t *testing.T) {
+	var o Options
+	o.Engine.Host.Capacity = engine.CapacityOf(t.TempDir(), t.Logf)
+	m, _ := newManager(t, o)
+	ctx := context.Background()
+	c, err := engine.ProbeCapacity(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Create(ctx, Spec{Resources: map[string]any{"disk": "8TiB", "memory": "64GiB", "vcpu": 16}})
+	if CodeOf(err) != CodeDenied {
+		t.Fatalf("an 8 TiB, 64 GiB, 16-vCPU sandbox: %v (code %s), want policy_denied", err, CodeOf(err))
+	}
+	t.Logf("refused: %v", err)
+	for _, s := range []string{
+		"resources.disk 8.0TiB is above this host's ceiling", "the space free on ",
+		fmt.Sprintf("(1 × its %d CPUs; data.agentsandbox.host_ceilings.vcpu)", c.CPUs),
+		"resources.memory 64.0GiB is above this host's ceiling", "its memory, ",
+	} {
+		if c.CPUs >= 16 && strings.Contains(s, "CPUs") || c.MemoryBytes >= 64<<30 && strings.Contains(s, "memory") {
+			continue // a host that big has the figures asked for
+		}
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("the refusal does not say %q:\n%v", s, err)
+		}
+	}
+	// A run's steps are judged the same way.
+	inline := fmt.Sprintf("apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: big\nsteps:\n  - name: s\n    isolation: namespace\n    run: \"true\"\n    resources: {vcpu: %d}\n", c.CPUs+1)
+	_, err = m.(Runner).Run(ctx, RunRequest{Inline: inline})
+	if CodeOf(err) != CodeDenied || !strings.Contains(err.Error(), "host_ceilings.vcpu") {
+		t.Errorf("a run of %d vCPUs on a %d-CPU host: %v (code %s)", c.CPUs+1, c.CPUs, err, CodeOf(err))
+	}
+	if _, err := m.Create(ctx, Spec{Resources: map[string]any{"vcpu": c.CPUs, "disk": "64MiB"}}); err != nil {
+		t.Errorf("a sandbox within the host's figures: %v", err)
 	}
 }

@@ -268,6 +268,9 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (_ san
 		}
 	}
 	host := engine.ProbeHost(ctx, kvmProbeFor("auto"))
+	// An API caller's sandbox or run may ask for no more than this host
+	// has (the policy's host_ceilings), judged at each admission.
+	host.Capacity = engine.CapacityOf(runRoot, func(format string, args ...any) { fmt.Fprintf(stdio.Err, "warning: "+format+"\n", args...) })
 	pol, err := loadPolicy(ctx, opts.Policy, "")
 	if err != nil {
 		return nil, nil, nil, err
