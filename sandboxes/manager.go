@@ -55,6 +55,13 @@ type Options struct {
 	// Warm lists the specs the manager keeps sandboxes of opened ahead,
 	// and how many, for creates that ask for the same (warm.go).
 	Warm []WarmSpec
+	// MaxSnapshots and MaxSnapshotBytes bound the snapshots one sandbox
+	// holds (distinct trees, and their NARs' bytes), SnapshotStoreBytes
+	// those of every running sandbox together (defaults 16, 4 GiB,
+	// 32 GiB; snapcollect.go). A sandbox's snapshots are collected once it
+	// has stopped.
+	MaxSnapshots                         int
+	MaxSnapshotBytes, SnapshotStoreBytes int64
 	// Inputs fetches workflow inputs, file inputs beneath TemplateDir
 	// (inputs.go): the operator's workflows with it as it is (it is
 	// Engine.Fetch when that is nil), an inline workflow sent by an API
@@ -74,6 +81,8 @@ type manager struct {
 	opening sync.WaitGroup // Creates between their reservation and their end
 	runs    int            // workflows running (runs.go)
 	runsWG  sync.WaitGroup // the same, to wait for at Close
+
+	snaps snapshotState // snapcollect.go
 
 	warm       []*warmPool    // one per Options.Warm
 	discarding sync.WaitGroup // warm sandboxes being discarded (closeWarm waits)
@@ -108,10 +117,20 @@ func New(o Options) (Manager, error) {
 	if o.MaxRuns <= 0 {
 		o.MaxRuns = 4
 	}
+	if o.MaxSnapshots <= 0 {
+		o.MaxSnapshots = DefaultMaxSnapshots
+	}
+	if o.MaxSnapshotBytes <= 0 {
+		o.MaxSnapshotBytes = DefaultMaxSnapshotBytes
+	}
+	if o.SnapshotStoreBytes <= 0 {
+		o.SnapshotStoreBytes = DefaultSnapshotStoreBytes
+	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
 	m := &manager{o: o, boxes: map[string]*box{}, stop: make(chan struct{}), done: make(chan struct{})}
+	m.snaps.init()
 	if m.o.Engine.Fetch == nil && m.o.Inputs != nil {
 		m.o.Engine.Fetch = m.fetchFrom(m.o.Inputs)
 	}
@@ -132,6 +151,7 @@ func New(o Options) (Manager, error) {
 		m.pol.pol = p
 	}
 	go m.reap()
+	go m.collector() // first what the server killed before left
 	m.startWarm()
 	return m, nil
 }
@@ -171,6 +191,7 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 	}
 	m.mu.Unlock()
 	if s.FromSnapshot != "" {
+		defer m.holdTree(s.FromSnapshot)() // not collected before it is restored
 		if _, err := m.snapshotDigest(m.o.Engine.Store, s.FromSnapshot); err != nil {
 			return Info{}, err
 		}
@@ -483,6 +504,13 @@ func (m *manager) Close(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	// The stopped sandboxes' snapshots go with them, now rather than at
+	// the next start.
+	close(m.snaps.stop)
+	<-m.snaps.done
+	if _, err := m.collectPending(); err != nil {
+		errs = append(errs, fmt.Errorf("collect snapshots: %w", err))
+	}
 	return errors.Join(append(errs, warmErr)...)
 }
 

@@ -44,7 +44,11 @@ type serveOptions struct {
 	WarmTemplate []string // FILE#STEP=N
 	DefaultTTL   time.Duration
 	DefaultIdle  time.Duration
-	Policy       policyOptions
+	// Snapshot quotas: per sandbox, and of every running sandbox.
+	MaxSnapshots       int
+	MaxSnapshotBytes   string
+	SnapshotStoreBytes string
+	Policy             policyOptions
 }
 
 // socketName is the server's default unix socket in the state directory,
@@ -87,6 +91,11 @@ is answered 429 and closed), a request's headers must arrive within 10s,
 and a body that sends nothing for --body-timeout (30s) is answered 408 and
 its connection closed (docs/api.md).
 
+A sandbox holds at most --max-snapshots snapshots of --max-snapshot-bytes
+(their NARs), and the running sandboxes together --snapshot-store-bytes; a
+sandbox's snapshots are removed when it stops, unless another running
+sandbox took the same tree.
+
 --warm N keeps N sandboxes of the default spec ('{}') opened ahead, and
 --warm-template FILE#STEP=N as many of a template: a create that asks for
 the same sandbox gets one at once, and the pool opens the next in the
@@ -114,8 +123,29 @@ force (a reload replaces them, as does an edit of the template).` + exitStatusHe
 // check refuses flag values the manager cannot take, before anything
 // else (the root check included).
 func (opts serveOptions) check() error {
+	if _, _, err := opts.snapshotQuotas(); err != nil {
+		return err
+	}
 	_, err := opts.warmSpecs()
 	return err
+}
+
+// snapshotQuotas are --max-snapshot-bytes and --snapshot-store-bytes.
+func (opts serveOptions) snapshotQuotas() (perSandbox, all int64, err error) {
+	if opts.MaxSnapshots < 1 {
+		return 0, 0, usageErrorf("--max-snapshots %d: want 1 or more", opts.MaxSnapshots)
+	}
+	for _, q := range []struct {
+		flag, v string
+		to      *int64
+	}{{"--max-snapshot-bytes", opts.MaxSnapshotBytes, &perSandbox}, {"--snapshot-store-bytes", opts.SnapshotStoreBytes, &all}} {
+		n, err := workflow.ParseSize(q.v)
+		if err != nil || n < 1 {
+			return 0, 0, usageErrorf("%s %q: want a size such as 4GiB", q.flag, q.v)
+		}
+		*q.to = n
+	}
+	return perSandbox, all, nil
 }
 
 // checkHTTP refuses the HTTP server's flags (serve's, not mcp's) that it
@@ -246,6 +276,10 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (_ san
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	snapBytes, snapStore, err := opts.snapshotQuotas()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	if opts.Templates != "" {
 		abs, err := filepath.Abs(opts.Templates)
 		if err != nil {
@@ -303,6 +337,7 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (_ san
 		Inputs:      fetcher,
 		TemplateDir: opts.Templates, MaxSandboxes: opts.MaxSandboxes, MaxRuns: opts.MaxRuns, Warm: warm,
 		DefaultTTL: opts.DefaultTTL, DefaultIdle: opts.DefaultIdle,
+		MaxSnapshots: opts.MaxSnapshots, MaxSnapshotBytes: snapBytes, SnapshotStoreBytes: snapStore,
 		Logf:        func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
 		DecisionLog: dlog,
 	}
@@ -396,5 +431,8 @@ func (opts *serveOptions) addManagerFlags(f *pflag.FlagSet) {
 	f.StringArrayVar(&opts.WarmTemplate, "warm-template", nil, "FILE#STEP=N: N sandboxes of that template (in --templates) kept opened ahead (repeatable)")
 	f.DurationVar(&opts.DefaultTTL, "default-ttl", time.Hour, "a sandbox's lifetime when its spec gives none")
 	f.DurationVar(&opts.DefaultIdle, "default-idle", 15*time.Minute, "a sandbox's idle timeout when its spec gives none")
+	f.IntVar(&opts.MaxSnapshots, "max-snapshots", sandboxes.DefaultMaxSnapshots, "most snapshots (distinct trees) one sandbox holds; a sandbox's snapshots go when it stops")
+	f.StringVar(&opts.MaxSnapshotBytes, "max-snapshot-bytes", workflow.FormatSize(sandboxes.DefaultMaxSnapshotBytes), "most bytes the snapshots of one sandbox hold (their NARs: every byte of every file, sparse holes too)")
+	f.StringVar(&opts.SnapshotStoreBytes, "snapshot-store-bytes", workflow.FormatSize(sandboxes.DefaultSnapshotStoreBytes), "most bytes the snapshots of every running sandbox hold together")
 	opts.Policy.AddFlags(f)
 }
