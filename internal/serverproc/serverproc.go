@@ -46,6 +46,9 @@ func (p *Proc) Output() string {
 	return strings.Join(p.lines, "\n")
 }
 
+// Pid is the process's id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Signal sends sig to the process.
 func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 
