@@ -17,7 +17,7 @@ import (
 // file. The record keeps the tree's hash, which says what the workspace
 // was; the tree itself is kept while a running sandbox may restore or fork
 // from it, and collected after (package sandboxes decides when). Every
-// other blob a record or ref names is kept: KeptBlobs lists them, so that
+// other blob a record or ref names is kept (KeptMark), so that
 // a collected tree that is also something else (a step's output NAR, a
 // file put whose bytes are that NAR, a git tree) stays.
 
@@ -32,24 +32,8 @@ func SnapshotRefKind(kind string) bool {
 	return kind == "snapshot" || strings.HasPrefix(kind, "snapshot.")
 }
 
-// KeptBlobs adds to set every blob the store keeps for its records and
-// refs: what each record names (its workflow, lock, inputs, job specs,
-// logs, outputs, network and decision logs, a sandbox's entries and the
-// blobs their actions name), except snapshot trees, and what every ref
-// names that is not a snapshot's. A record that cannot be read adds
-// nothing; an entry whose action cannot be read adds its own digest.
-func (s *Store) KeptBlobs(set map[Digest]bool) error {
-	ids, err := s.ids()
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		r, err := s.Get(id)
-		if err != nil {
-			continue
-		}
-		s.recordBlobs(r, set)
-	}
+// refBlobs adds what the refs that are not snapshots' name.
+func (s *Store) refBlobs(set map[Digest]bool) error {
 	kinds, err := s.RefKinds()
 	if err != nil {
 		return err
@@ -69,6 +53,63 @@ func (s *Store) KeptBlobs(set map[Digest]bool) error {
 		}
 	}
 	return nil
+}
+
+// KeptMark is what the store keeps for its records and refs: what each
+// record names (its workflow, lock, inputs, job specs, logs, outputs,
+// network and decision logs, a sandbox's entries and the blobs their
+// actions name), except snapshot trees, and what every ref names that is
+// not a snapshot's. A record never changes, so each is read once, by the
+// first Update after it is written, and what it keeps is remembered by
+// the first 8 bytes of each digest (a blob that shares them with a kept
+// one is kept too, never the other way round): a server collecting
+// snapshots again and again reads only the new records. Refs are read at
+// every Update. A record that cannot be read adds nothing (it is tried
+// again); an entry whose action cannot be read adds its own digest. Not
+// safe for concurrent use.
+type KeptMark struct {
+	seen    map[ID]bool
+	records map[uint64]bool
+	refs    map[Digest]bool
+}
+
+// Update reads the records written since the last Update, and the refs.
+func (m *KeptMark) Update(s *Store) error {
+	if m.seen == nil {
+		m.seen, m.records = map[ID]bool{}, map[uint64]bool{}
+	}
+	ids, err := s.ids()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if m.seen[id] {
+			continue
+		}
+		r, err := s.Get(id)
+		if err != nil {
+			continue // a record being written is read at the next Update
+		}
+		m.seen[id] = true
+		set := map[Digest]bool{}
+		s.recordBlobs(r, set)
+		for d := range set {
+			m.records[digestKey(d)] = true
+		}
+	}
+	m.refs = map[Digest]bool{}
+	return s.refBlobs(m.refs)
+}
+
+// Keeps reports whether a record or ref read by the last Update keeps d.
+func (m *KeptMark) Keeps(d Digest) bool { return m.refs[d] || m.records[digestKey(d)] }
+
+func digestKey(d Digest) uint64 {
+	var k uint64
+	for _, b := range d[:8] {
+		k = k<<8 | uint64(b)
+	}
+	return k
 }
 
 func (s *Store) recordBlobs(r *Record, set map[Digest]bool) {
@@ -186,7 +227,7 @@ func (s *Store) RemoveRef(kind, key string) error {
 
 // RemoveBlob removes blob d and returns its size; one that is not there
 // is no error (size 0). The caller makes sure nothing keeps it
-// (KeptBlobs).
+// (KeptMark).
 func (s *Store) RemoveBlob(d Digest) (int64, error) {
 	path := s.BlobPath(d)
 	fi, err := os.Lstat(path)

@@ -9,7 +9,7 @@ import (
 )
 
 // TestSnapshotTreesAreNotKept: a sandbox record's snapshot and restore
-// entries name their tree but do not keep it (KeptBlobs leaves it out,
+// entries name their tree but do not keep it (KeptMark leaves it out,
 // and verify passes once it is collected, yet still finds it tampered
 // while present); every other blob an entry names is kept and checked,
 // and so is what a ref that is not a snapshot's names.
@@ -46,12 +46,26 @@ func TestSnapshotTreesAreNotKept(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	kept := map[Digest]bool{}
-	if err := s.KeptBlobs(kept); err != nil {
+	var mark KeptMark
+	if err := mark.Update(s); err != nil {
 		t.Fatal(err)
 	}
-	if kept[tree] || !kept[file] || !kept[gitTree] || !kept[entries[0].Digest] {
-		t.Errorf("kept: tree %v, file %v, git tree %v, the snapshot's entry %v; want false, true, true, true", kept[tree], kept[file], kept[gitTree], kept[entries[0].Digest])
+	if mark.Keeps(tree) || !mark.Keeps(file) || !mark.Keeps(gitTree) || !mark.Keeps(entries[0].Digest) {
+		t.Errorf("kept: tree %v, file %v, git tree %v, the snapshot's entry %v; want false, true, true, true",
+			mark.Keeps(tree), mark.Keeps(file), mark.Keeps(gitTree), mark.Keeps(entries[0].Digest))
+	}
+	// A record written later is read by the next Update.
+	later := put([]byte("later"))
+	b, _ := json.Marshal(Action{Kind: "file_put", Time: at, Path: "g", File: &later})
+	if _, err := s.Put(&Record{Version: Version, Started: at, Finished: at, Status: StatusSucceeded,
+		Sandbox: &Sandbox{ID: "sb2", Ended: "killed", Entries: []Entry{{Seq: 1, Time: at, Kind: "file_put", Digest: put(b)}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if mark.Keeps(later) {
+		t.Error("kept before the record was read")
+	}
+	if err := mark.Update(s); err != nil || !mark.Keeps(later) {
+		t.Errorf("a record written after the first Update: kept %v, %v", mark.Keeps(later), err)
 	}
 	if err := os.Chmod(s.BlobPath(tree), 0o600); err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ import (
 // (its record written), its snapshots that no other running sandbox took
 // too, and that no restore or fork is reading, are collected: their refs
 // removed (no restore or fork finds them) and their trees removed from
-// the blob store, unless something else keeps the same blob (KeptBlobs: a
+// the blob store, unless something else keeps the same blob (record.KeptMark: a
 // record's output, file or log, a git ref). The record keeps each
 // snapshot's id, its NAR hash; records verify checks a tree while the
 // store has it. What a server killed with SIGKILL held is collected at
@@ -68,6 +68,8 @@ type snapshotState struct {
 	wake    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
+
+	mark record.KeptMark // the collector's, across collections
 }
 
 func (s *snapshotState) init() {
@@ -277,7 +279,7 @@ func (m *manager) collectPending() ([]string, error) {
 }
 
 func (m *manager) collect(cands map[record.Digest]bool) ([]string, error) {
-	return collectSnapshots(m.o.Engine.Store, &m.snaps.mu, m.held, cands)
+	return collectSnapshots(m.o.Engine.Store, &m.snaps.mark, &m.snaps.mu, m.held, cands)
 }
 
 // CollectSnapshots removes from store the snapshots no running sandbox
@@ -286,14 +288,15 @@ func (m *manager) collect(cands map[record.Digest]bool) ([]string, error) {
 // or its server was killed and has not started again) are left alone. It
 // returns what it removed, one line each.
 func CollectSnapshots(store *record.Store) ([]string, error) {
-	return collectSnapshots(store, nil, nil, nil)
+	return collectSnapshots(store, &record.KeptMark{}, nil, nil, nil)
 }
 
 // collectSnapshots collects cands (nil: every snapshot the store's refs
 // name) that held (nil: none) and the journals do not hold: it removes
-// their refs, then each tree that nothing else keeps. lock, when set, is
-// held while refs and trees are removed (snapshotState.mu).
-func collectSnapshots(store *record.Store, lock *sync.RWMutex, held func() map[record.Digest]bool, cands map[record.Digest]bool) ([]string, error) {
+// their refs, then each tree that nothing else keeps (mark, updated
+// here, and the journals' entries). lock, when set, is held while refs
+// and trees are removed (snapshotState.mu).
+func collectSnapshots(store *record.Store, mark *record.KeptMark, lock *sync.RWMutex, held func() map[record.Digest]bool, cands map[record.Digest]bool) ([]string, error) {
 	var errs []error
 	refs, err := snapshotRefs(store)
 	if err != nil {
@@ -315,7 +318,7 @@ func collectSnapshots(store *record.Store, lock *sync.RWMutex, held func() map[r
 	if err := journalBlobs(store, kept, trees); err != nil {
 		return nil, err
 	}
-	if err := store.KeptBlobs(kept); err != nil {
+	if err := mark.Update(store); err != nil {
 		return nil, err
 	}
 	if lock != nil {
@@ -341,7 +344,7 @@ func collectSnapshots(store *record.Store, lock *sync.RWMutex, held func() map[r
 				errs = append(errs, err)
 			}
 		}
-		if kept[d] {
+		if kept[d] || mark.Keeps(d) {
 			removed = append(removed, fmt.Sprintf("snapshot %s (its tree is kept: a record or ref names the same blob)", d))
 			continue
 		}
