@@ -151,8 +151,9 @@ func (s *Store) recordBlobs(r *Record, set map[Digest]bool) {
 }
 
 // EntryBlobs adds to kept the blobs a sandbox's entries keep: each entry's
-// action blob and the blobs the action names, but for a snapshot or
-// restore the tree, which goes to trees instead (when not nil).
+// action blob and the blobs the action names, but not a snapshot's or a
+// restore's tree. The trees of the sandbox's own snapshots go to trees
+// (when not nil): what a running sandbox's journal holds.
 func (s *Store) EntryBlobs(entries []Entry, kept, trees map[Digest]bool) {
 	for _, e := range entries {
 		if e.Digest.IsZero() {
@@ -166,7 +167,7 @@ func (s *Store) EntryBlobs(entries []Entry, kept, trees map[Digest]bool) {
 		for name, d := range a.Blobs() {
 			switch {
 			case name == "file" && SnapshotTree(e.Kind):
-				if trees != nil {
+				if trees != nil && e.Kind == "snapshot" {
 					trees[d] = true
 				}
 			default:
