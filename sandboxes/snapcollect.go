@@ -193,10 +193,18 @@ func (m *manager) holdTree(snap string) func() {
 	m.snaps.holdMu.Unlock()
 	return func() {
 		m.snaps.holdMu.Lock()
+		last := false
 		if m.snaps.holds[d]--; m.snaps.holds[d] <= 0 {
 			delete(m.snaps.holds, d)
+			last = true
 		}
 		m.snaps.holdMu.Unlock()
+		// A collection may have passed it over while it was held: it is
+		// the collector's again unless a running sandbox holds it (whose
+		// stop hands it over then).
+		if _, live := m.liveTrees()[d]; last && !live {
+			m.queueTrees([]record.Digest{d})
+		}
 	}
 }
 
@@ -226,6 +234,11 @@ func (m *manager) releaseSnapshots(b *box) {
 		}
 	}
 	b.mu.Unlock()
+	m.queueTrees(trees)
+}
+
+// queueTrees hands trees to the collector.
+func (m *manager) queueTrees(trees []record.Digest) {
 	if len(trees) == 0 {
 		return
 	}

@@ -206,4 +206,26 @@ func TestSnapshotCollection(t *testing.T) {
 	if keys, _ := store.RefKeys(snapshotRef); len(keys) != 0 {
 		t.Errorf("snapshot refs left: %v", keys)
 	}
+	// A tree being forked from when its sandbox stops is passed over, and
+	// collected once the fork is done.
+	d := create()
+	collect(t, m, d, ExecRequest{Shell: "echo forked > f"})
+	snap, err := m.Snapshot(ctx, d, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapD, _ := record.ParseDigest(snap.ID)
+	release := mm.holdTree(snap.ID) // a fork under way
+	if _, err := m.Kill(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	mm.collectPending()
+	if !store.HasBlob(snapD) {
+		t.Fatal("a tree was collected while a fork read it")
+	}
+	release()
+	mm.collectPending()
+	if store.HasBlob(snapD) {
+		t.Error("a tree passed over while it was forked from is still stored after the fork")
+	}
 }
