@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -76,5 +77,27 @@ func TestHostCeilings(t *testing.T) {
 	}
 	if mentions("host_ceilings.vcpu") || !mentions("ceiling 284.0GiB (4 × the space free") {
 		t.Errorf("the huge workflow with the team's data: %q", d.Deny)
+	}
+}
+
+// TestHostCeilingsData: a value the rule would not take is refused at
+// load, not a ceiling silently off.
+func TestHostCeilingsData(t *testing.T) {
+	for data, msg := range map[string]string{
+		"memory: 50%":   `host_ceilings.memory is 50% (string)`,
+		"cpu: 1":        `host_ceilings.cpu: not a resource this ceiling takes; want disk, memory, vcpu`,
+		"disk: true":    `host_ceilings.disk is true`,
+		"vcpu: -1":      `host_ceilings.vcpu is -1`,
+		"- just a list": `host_ceilings is not an object`,
+	} {
+		file := writeFile(t, t.TempDir()+"/d.yaml", "agentsandbox:\n  host_ceilings:\n    "+data+"\n")
+		_, err := Load(context.Background(), Options{DataFiles: []string{file}})
+		if err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("host_ceilings %q: %v, want %q", data, err, msg)
+		}
+	}
+	file := writeFile(t, t.TempDir()+"/d.yaml", "agentsandbox:\n  host_ceilings:\n    vcpu: false\n    memory: null\n    disk: 2.5\n")
+	if _, err := Load(context.Background(), Options{DataFiles: []string{file}}); err != nil {
+		t.Errorf("false, null and 2.5: %v", err)
 	}
 }
