@@ -22,6 +22,11 @@ type Host struct {
 	KVMDetail  string // qemu's own last lines, when the probe saw it fail
 	Root       bool   // running as uid 0 (the jail needs it)
 	UID        int
+	// Capacity, when set, gives the policy what this host can give one
+	// sandbox (input.host.capacity), at each admission: serve sets it
+	// (CapacityOf) for its API callers' creates and runs; apply, validate
+	// and plan leave it nil.
+	Capacity func() *policy.Capacity
 }
 
 // Record is the host part of an execution record.
@@ -36,6 +41,9 @@ func (h Host) Record() record.Host {
 // Policy is the host part of the policy input document.
 func (h Host) Policy() policy.Host {
 	p := policy.Host{Nix: h.Nix, KVM: h.KVMUsable, UID: h.UID}
+	if h.Capacity != nil {
+		p.Capacity = h.Capacity()
+	}
 	if h.Root {
 		p.Isolation = append(p.Isolation, string(workflow.IsolationNamespace))
 	}

@@ -249,6 +249,58 @@ deny contains msg if {
 	msg := sprintf("step %q: resources.bandwidth is unlimited, above the ceiling %v (data.agentsandbox.ceilings.bandwidth); set resources.bandwidth", [step.name, limit])
 }
 
+# ---- ceilings relative to the host -----------------------------------------
+
+# host_ceilings caps vcpu, memory and disk at a multiple of what the host
+# has (input.host.capacity: its CPUs, its memory, the space free where
+# workspaces live), for the requests of serve's API callers, the only
+# admissions that carry the host's capacity. A number is the multiple (1:
+# no more than the host has; 0.5: half; 4: overcommit); anything else
+# (null, false) turns that ceiling off.
+default cfg_host_ceilings := {}
+
+cfg_host_ceilings := data.agentsandbox.host_ceilings
+
+host_figure("vcpu", cap) := cap.cpus
+
+host_figure("memory", cap) := cap.memoryBytes
+
+host_figure("disk", cap) := cap.diskBytes
+
+host_figure_text("vcpu", cap) := sprintf("its %d CPUs", [cap.cpus])
+
+host_figure_text("memory", cap) := sprintf("its memory, %s", [human_bytes(cap.memoryBytes)])
+
+host_figure_text("disk", cap) := sprintf("the space free on %s, %s", [cap.diskPath, human_bytes(cap.diskBytes)])
+
+resource_text("vcpu", v) := sprintf("%d", [v])
+
+resource_text(field, v) := human_bytes(v) if field in {"memory", "disk"}
+
+human_bytes(n) := concat("", [one_decimal(n / 1099511627776), "TiB"]) if {
+	n >= 1099511627776
+} else := concat("", [one_decimal(n / 1073741824), "GiB"]) if {
+	n >= 1073741824
+} else := concat("", [one_decimal(n / 1048576), "MiB"]) if {
+	n >= 1048576
+} else := sprintf("%d bytes", [n])
+
+# one_decimal writes x with one decimal, rounded down (sprintf's %f sees
+# whole numbers as integers).
+one_decimal(x) := sprintf("%d.%d", [floor(x), floor(x * 10) % 10])
+
+deny contains msg if {
+	cap := input.host.capacity
+	some field, factor in cfg_host_ceilings
+	is_number(factor)
+	figure := host_figure(field, cap)
+	limit := floor(figure * factor)
+	some step in input.workflow.steps
+	value := step.resources[field]
+	value > limit
+	msg := sprintf("step %q: resources.%s %s is above this host's ceiling %s (%v × %s; data.agentsandbox.host_ceilings.%s)", [step.name, field, resource_text(field, value), resource_text(field, limit), factor, host_figure_text(field, cap), field])
+}
+
 # ---- isolation -------------------------------------------------------------
 
 # Each step's isolation is the one it runs with: the runner resolves auto

@@ -30,6 +30,26 @@ type Host struct {
 	KVM         bool     `json:"kvm"` // KVM runs a guest here (the caller probes it)
 	Nix         bool     `json:"nix"` // nix is installed
 	UID         int      `json:"uid"` // the uid agentsandbox runs as
+	// Capacity is what this host can give one sandbox, which the default
+	// policy's host_ceilings judge resources against. `serve` fills it in
+	// for every admission of an API caller's create or run; apply,
+	// validate, plan and rerun leave it out (the operator's own
+	// workflows, often written for another machine).
+	Capacity *Capacity `json:"capacity,omitempty"`
+}
+
+// Capacity is a host's figures for input.host.capacity, probed by the
+// caller (engine.ProbeCapacity).
+type Capacity struct {
+	// CPUs is how many CPUs the server may run on.
+	CPUs int `json:"cpus"`
+	// MemoryBytes is the host's memory (MemTotal).
+	MemoryBytes int64 `json:"memoryBytes"`
+	// DiskBytes is the space free, to the server, on the filesystem that
+	// holds the workspaces (DiskPath) at the admission: a workspace is a
+	// sparse image that grows to its resources.disk as the job writes.
+	DiskBytes int64  `json:"diskBytes"`
+	DiskPath  string `json:"diskPath"`
 }
 
 // normalized returns h with sorted, unique, non-nil lists, so equal facts
@@ -46,6 +66,10 @@ func (h Host) normalized() Host {
 	}
 	h.Isolation = norm(h.Isolation)
 	h.Hypervisors = norm(h.Hypervisors)
+	if h.Capacity != nil {
+		c := *h.Capacity
+		h.Capacity = &c
+	}
 	return h
 }
 

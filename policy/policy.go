@@ -218,6 +218,9 @@ func compile(ctx context.Context, opts Options, b *bundle) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkHostCeilings(b.data); err != nil {
+		return nil, err
+	}
 	internal, internalRules, err := egressInternalData(b.data)
 	if err != nil {
 		return nil, err

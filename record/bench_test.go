@@ -1,7 +1,9 @@
 package record
 
 import (
+	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -184,4 +186,48 @@ func BenchmarkRestoreNAR(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkKeptBlobs is the mark of a snapshot collection (KeptMark): every record
+// of a store of 200 sandbox records of 50 entries each (an exec with its
+// two logs, alternating with a file put), and its refs.
+func BenchmarkKeptBlobs(b *testing.B) {
+	s, err := OpenStore(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 200 {
+		var entries []Entry
+		for j := range 50 {
+			d, _, _ := s.PutBlob(strings.NewReader(fmt.Sprintf("output %d %d", i, j)))
+			a := Action{Kind: "exec", Stdout: &d, Stderr: &d}
+			if j%2 == 1 {
+				a = Action{Kind: "file_put", Path: "f", File: &d}
+			}
+			raw, _ := json.Marshal(a)
+			ad, _, _ := s.PutBlob(bytes.NewReader(raw))
+			entries = append(entries, Entry{Seq: j + 1, Kind: a.Kind, Digest: ad})
+		}
+		if _, err := s.Put(&Record{Version: Version, Status: StatusSucceeded, Sandbox: &Sandbox{ID: fmt.Sprint("sb", i), Entries: entries}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("all", func(b *testing.B) {
+		for b.Loop() {
+			var m KeptMark
+			if err := m.Update(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// A server's later collections read only the records written since.
+	b.Run("again", func(b *testing.B) {
+		var m KeptMark
+		m.Update(s)
+		for b.Loop() {
+			if err := m.Update(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -15,7 +15,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Spec is what a sandbox is created from: the fields of a workflow step
@@ -203,12 +206,55 @@ type FileInfo struct {
 	Size    int64     `json:"size"`
 	Mode    string    `json:"mode"` // octal permission bits, such as "0644"
 	ModTime time.Time `json:"modTime"`
-	// SHA256 is set for a file just written (Put).
+	// SHA256 is the hex SHA-256 of a file just written (Put) or of the
+	// bytes of one just read (Get: the server sends it as the trailer
+	// X-Agentsandbox-Sha256).
 	SHA256 string `json:"sha256,omitempty"`
 }
 
 // MaxFileBytes bounds one file put or got through the API.
 const MaxFileBytes = 256 << 20
+
+// MaxPathBytes and MaxNameBytes bound a workspace path of the files API:
+// /workspace/PATH fits Linux's PATH_MAX (4,096 bytes with its NUL), and
+// each name on it NAME_MAX (255 bytes). CheckPathLength checks both.
+const (
+	MaxPathBytes = 4096 - 1 - len("/workspace/")
+	MaxNameBytes = 255
+)
+
+// CheckPathLength refuses a workspace path (slash-separated) longer than
+// MaxPathBytes or with a name longer than MaxNameBytes, with a message
+// that quotes only its start.
+func CheckPathLength(p string) error { return checkLength("path", p) }
+
+// checkLength is CheckPathLength for any path the API takes (what says
+// which: "path", "template file"), with the same limits.
+func checkLength(what, p string) error {
+	if len(p) > MaxPathBytes {
+		return Errorf(CodeBadRequest, "%s %s is %d bytes long: the most is %d bytes", what, quoteStart(p), len(p), MaxPathBytes)
+	}
+	for _, name := range strings.Split(p, "/") {
+		if len(name) > MaxNameBytes {
+			return Errorf(CodeBadRequest, "%s %s has a name of %d bytes (%s): the most is %d bytes, Linux's NAME_MAX", what, quoteStart(p), len(name), quoteStart(name), MaxNameBytes)
+		}
+	}
+	return nil
+}
+
+// quoteStart quotes s, or its first 40 bytes and an ellipsis when it is
+// longer: an error message does not echo kilobytes back.
+func quoteStart(s string) string {
+	const keep = 40
+	if len(s) <= keep {
+		return strconv.Quote(s)
+	}
+	cut := keep
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "…"
+}
 
 // Manager runs sandboxes. The server calls it; every method is safe for
 // concurrent use. Errors are *Error (or wrap one) so that the server can
@@ -269,6 +315,7 @@ const (
 	CodeAuth       Code = "unauthorized"      // 401
 	CodeStopped    Code = "server_stopping"   // 503
 	CodeUnsupport  Code = "not_supported_yet" // 501: a part of the API this server does not offer yet
+	CodeTimeout    Code = "timeout"           // 408: the request's body stopped arriving
 )
 
 // Error is a failure with a stable code and a message a person can act on.

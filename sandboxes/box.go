@@ -117,6 +117,8 @@ func (b *box) kill(ctx context.Context, why string) error {
 	b.killing, b.killed = true, make(chan struct{})
 	execs := slices.Collect(maps.Values(b.execs))
 	b.mu.Unlock()
+	// Once stopped, its snapshots are the collector's (snapcollect.go).
+	defer b.m.releaseSnapshots(b)
 
 	for _, x := range execs {
 		x.kill()

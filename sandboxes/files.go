@@ -23,10 +23,14 @@ import (
 // root and never through a symlink (internal/jobfs): the job controls
 // everything in it. Paths are workspace-relative and slash-separated.
 
-// cleanPath checks an API path: relative, no "..", no NUL.
+// cleanPath checks an API path: relative, no "..", no NUL, within the
+// lengths Linux takes (CheckPathLength).
 func cleanPath(p string, rootOK bool) (string, error) {
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", Errorf(CodeBadRequest, "path holds a NUL byte")
+	}
+	if err := CheckPathLength(p); err != nil {
+		return "", err
 	}
 	p = strings.TrimPrefix(p, "/workspace/")
 	if p == "" || p == "." || p == "/workspace" {
@@ -57,6 +61,8 @@ func fsError(p string, err error) error {
 		return &Error{Code: CodeTooLarge, Message: err.Error(), Err: err}
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return &Error{Code: CodeTooLarge, Message: fmt.Sprintf("%s: the sandbox's disk is full (resources.disk)", p), Err: err}
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("%s: a name on the path is too long for the workspace's filesystem", p), Err: err}
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTEMPTY):
 		return &Error{Code: CodeConflict, Message: fmt.Sprintf("%s: %v", p, err), Err: err}
 	}
@@ -119,24 +125,27 @@ func (m *manager) PutFile(ctx context.Context, id, p string, r io.Reader, mode u
 			return FileInfo{}, fsError(dir, err)
 		}
 	}
-	f, err := root.CreateFile(p, fs.FileMode(mode), guest.DefaultUID, guest.DefaultGID)
+	// The file appears at p only once it is whole: a put refused midway
+	// (the disk's quota, the size limit, a body that broke off) leaves
+	// what was at p as it was.
+	f, err := root.CreatePending(p, fs.FileMode(mode), guest.DefaultUID, guest.DefaultGID)
 	if err != nil {
 		return FileInfo{}, fsError(p, err)
 	}
+	defer f.Abort()
 	h := sha256.New()
 	lr := &io.LimitedReader{R: r, N: MaxFileBytes + 1}
 	// The bytes go to the file, the hash and the blob store at once: the
 	// record keeps what was written.
 	d, n, perr := b.sb.Store().PutBlob(io.TeeReader(io.TeeReader(lr, h), f))
-	cerr := f.Close()
 	switch {
 	case perr != nil:
 		return FileInfo{}, fsError(p, perr)
-	case cerr != nil:
-		return FileInfo{}, fsError(p, cerr)
 	case n > MaxFileBytes:
-		_ = root.Remove(p, false)
 		return FileInfo{}, Errorf(CodeTooLarge, "%s: over %d bytes, the most one put takes", p, int64(MaxFileBytes))
+	}
+	if err := f.Commit(); err != nil {
+		return FileInfo{}, fsError(p, err)
 	}
 	info, err := root.Lstat(p)
 	if err != nil {
@@ -170,11 +179,16 @@ func (m *manager) GetFile(ctx context.Context, id, p string, w io.Writer) (FileI
 	if info.Size > MaxFileBytes {
 		return FileInfo{}, Errorf(CodeTooLarge, "%s: %d bytes, over %d, the most one get returns; read it in parts with exec (split, head -c)", p, info.Size, int64(MaxFileBytes))
 	}
-	if _, err := io.Copy(w, io.LimitReader(f, MaxFileBytes)); err != nil {
+	// The hash is of the bytes sent, which the server gives the client as
+	// a trailer to check them against.
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(f, MaxFileBytes)); err != nil {
 		return FileInfo{}, err
 	}
 	b.touch()
-	return fileInfo(p, info), nil
+	fi := fileInfo(p, info)
+	fi.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return fi, nil
 }
 
 func (m *manager) Stat(ctx context.Context, id, p string) (FileInfo, error) {

@@ -61,6 +61,13 @@ type Options struct {
 	// Warm lists the specs the manager keeps sandboxes of opened ahead,
 	// and how many, for creates that ask for the same (warm.go).
 	Warm []WarmSpec
+	// MaxSnapshots and MaxSnapshotBytes bound the snapshots one sandbox
+	// holds (distinct trees, and their NARs' bytes), SnapshotStoreBytes
+	// those of every running sandbox together (defaults 16, 4 GiB,
+	// 32 GiB; snapcollect.go). A sandbox's snapshots are collected once it
+	// has stopped.
+	MaxSnapshots                         int
+	MaxSnapshotBytes, SnapshotStoreBytes int64
 	// Inputs fetches workflow inputs, file inputs beneath TemplateDir
 	// (inputs.go): the operator's workflows with it as it is (it is
 	// Engine.Fetch when that is nil), an inline workflow sent by an API
@@ -85,6 +92,8 @@ type manager struct {
 	// with the boxes they are what an identity's limits bound.
 	creating map[string]int
 	runsBy   map[string]int
+
+	snaps snapshotState // snapcollect.go
 
 	warm       []*warmPool    // one per Options.Warm
 	discarding sync.WaitGroup // warm sandboxes being discarded (closeWarm waits)
@@ -122,11 +131,21 @@ func New(o Options) (Manager, error) {
 	if o.MaxRuns <= 0 {
 		o.MaxRuns = 4
 	}
+	if o.MaxSnapshots <= 0 {
+		o.MaxSnapshots = DefaultMaxSnapshots
+	}
+	if o.MaxSnapshotBytes <= 0 {
+		o.MaxSnapshotBytes = DefaultMaxSnapshotBytes
+	}
+	if o.SnapshotStoreBytes <= 0 {
+		o.SnapshotStoreBytes = DefaultSnapshotStoreBytes
+	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
 	m := &manager{o: o, boxes: map[string]*box{}, creating: map[string]int{}, runsBy: map[string]int{},
 		stop: make(chan struct{}), done: make(chan struct{})}
+	m.snaps.init()
 	if m.o.Engine.Fetch == nil && m.o.Inputs != nil {
 		m.o.Engine.Fetch = m.fetchFrom(m.o.Inputs)
 	}
@@ -147,6 +166,7 @@ func New(o Options) (Manager, error) {
 		m.pol.pol = p
 	}
 	go m.reap()
+	go m.collector() // first what the server killed before left
 	m.startWarm()
 	return m, nil
 }
@@ -202,6 +222,7 @@ func (m *manager) Create(ctx context.Context, s Spec) (Info, error) {
 		}
 	}()
 	if s.FromSnapshot != "" {
+		defer m.holdTree(s.FromSnapshot)() // not collected before it is restored
 		if _, err := m.snapshotDigest(ctx, m.o.Engine.Store, s.FromSnapshot); err != nil {
 			return Info{}, err
 		}
@@ -555,6 +576,13 @@ func (m *manager) Close(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	// The stopped sandboxes' snapshots go with them, now rather than at
+	// the next start.
+	close(m.snaps.stop)
+	<-m.snaps.done
+	if _, err := m.collectPending(); err != nil {
+		errs = append(errs, fmt.Errorf("collect snapshots: %w", err))
+	}
 	return errors.Join(append(errs, warmErr)...)
 }
 

@@ -41,7 +41,7 @@ func newManager(t testing.TB, o Options) (Manager, *record.Store) {
 	}
 	hostState := filepath.Join(dir, "host-state")
 	o.Engine = engine.Options{
-		Jobs: 1, Host: engine.Host{Root: true}, Store: store,
+		Jobs: 1, Host: engine.Host{Root: true, Capacity: o.Engine.Host.Capacity}, Store: store,
 		RunRoot: filepath.Join(store.Dir(), "runs"), HostStateDir: hostState,
 		Backends: map[workflow.Isolation]vmrunner.Backend{
 			workflow.IsolationNamespace: namespace.New(namespace.Options{StateDir: hostState, JailDir: filepath.Join(dir, "jails")}),

@@ -213,6 +213,9 @@ func (m *manager) runWorkflow(r RunRequest) (*workflow.Workflow, []byte, string,
 		if m.o.TemplateDir == "" {
 			return nil, nil, "", Errorf(CodeBadRequest, "workflow %q: this server takes no workflow files; start it with --templates DIR to allow files from DIR, or send the workflow inline", r.Workflow)
 		}
+		if err := checkLength("workflow file", r.Workflow); err != nil {
+			return nil, nil, "", err
+		}
 		if !filepath.IsLocal(r.Workflow) {
 			return nil, nil, "", Errorf(CodeBadRequest, "workflow %q: want a relative path inside the server's template directory", r.Workflow)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
+	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
 // Snapshots are NARs of the workspace in the blob store, named by a ref
@@ -42,12 +43,28 @@ func (m *manager) Snapshot(ctx context.Context, id, label string) (SnapshotInfo,
 		return SnapshotInfo{}, err
 	}
 	defer root.Close()
+	done, err := m.startTaking(b)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	defer done()
+	// Until the snapshot is listed by its box, the collector waits
+	// (snapcollect.go).
+	m.snaps.mu.RLock()
+	defer m.snaps.mu.RUnlock()
+	left, err := m.snapshotQuota(b)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
 	store := b.sb.Store()
 	budget := &jobfs.Budget{MaxBytes: b.sb.Step.Resources.Disk + 1, MaxEntries: maxSnapshotEntries}
 	if budget.MaxBytes <= 1 {
 		budget.MaxBytes = MaxFileBytes * 16
 	}
-	h, n, err := store.PutNARFunc(func(w io.Writer) error { return root.DumpNAR(w, ".", budget) })
+	quota := Errorf(CodeTooLarge, "snapshot of sandbox %s: its NAR is over the %s the snapshot quotas leave it (serve --max-snapshot-bytes, --snapshot-store-bytes; every byte of every file counts, holes of sparse files too): nothing was stored; remove files it need not keep, or snapshot a sandbox that holds fewer", id, workflow.FormatSize(left))
+	h, n, err := store.PutNARFunc(func(w io.Writer) error {
+		return root.DumpNAR(&quotaWriter{w: w, left: left, err: quota}, ".", budget)
+	})
 	if err != nil {
 		return SnapshotInfo{}, fsError(".", err)
 	}
@@ -129,6 +146,7 @@ func (m *manager) Restore(ctx context.Context, id, snap string) (Info, error) {
 // writes go through jobfs: neither a symlink the snapshot holds nor one a
 // process of the sandbox plants meanwhile is ever followed.
 func (b *box) restore(ctx context.Context, m *manager, snap string) error {
+	defer m.holdTree(snap)() // not collected while it is read
 	b.mu.Lock()
 	for _, x := range b.execs {
 		if x.running() {

@@ -89,6 +89,9 @@ func templateStep(ref, dir string) (map[string]any, map[string]any, string, erro
 	if !ok || file == "" || name == "" {
 		return nil, nil, "", Errorf(CodeBadRequest, "template %q: want FILE#STEP, such as ci.yaml#test", ref)
 	}
+	if err := checkLength("template file", file); err != nil {
+		return nil, nil, "", err
+	}
 	if !filepath.IsLocal(file) {
 		return nil, nil, "", Errorf(CodeBadRequest, "template %q: the file must be a relative path inside the server's template directory", ref)
 	}

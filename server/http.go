@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -74,6 +76,8 @@ func Status(c sandboxes.Code) int {
 		return http.StatusNotImplemented
 	case sandboxes.CodeStopped:
 		return http.StatusServiceUnavailable
+	case sandboxes.CodeTimeout:
+		return http.StatusRequestTimeout
 	}
 	return http.StatusInternalServerError
 }
@@ -98,6 +102,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, err error) {
 	b := errorBody(err)
+	if b.Error.Code == sandboxes.CodeTimeout {
+		w.Header().Set("Connection", "close") // the rest of the body is not waited for
+	}
 	writeJSON(w, Status(b.Error.Code), b)
 }
 
@@ -271,8 +278,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.leave()
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = s.bodyTimer(w, r.Body)
+	}
 	id, err := s.authenticate(r)
 	if err != nil {
+		// A client without the token keeps no connection open.
+		rw.Header().Set("Connection", "close")
 		rw.Header().Set("WWW-Authenticate", `Bearer realm="agentsandbox"`)
 		writeError(rw, err)
 		return
@@ -297,4 +309,40 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		defer s.release(id.Name)
 	}
 	s.mux.ServeHTTP(&muxWriter{respWriter: rw, r: r}, r)
+}
+
+// bodyTimer bounds the waits for a request's body: each read of it (and
+// the wait for its first byte) may take at most BodyTimeout, so a client
+// that stops sending is answered 408 and its connection closed instead of
+// holding its per-client slot and the connection for ever. Once the body
+// has ended the connection has no read deadline again (the server's
+// watch for the client going away must not time out during a stream).
+func (s *Server) bodyTimer(w http.ResponseWriter, body io.ReadCloser) io.ReadCloser {
+	t := &timedBody{ReadCloser: body, rc: http.NewResponseController(w), timeout: s.o.BodyTimeout}
+	t.rc.SetReadDeadline(time.Now().Add(t.timeout))
+	return t
+}
+
+type timedBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	timeout time.Duration
+	ended   bool
+}
+
+func (t *timedBody) Read(p []byte) (int, error) {
+	if t.ended {
+		return t.ReadCloser.Read(p)
+	}
+	t.rc.SetReadDeadline(time.Now().Add(t.timeout))
+	n, err := t.ReadCloser.Read(p)
+	switch {
+	case err == io.EOF:
+		t.ended = true
+		t.rc.SetReadDeadline(time.Time{})
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return n, &sandboxes.Error{Code: sandboxes.CodeTimeout, Err: err,
+			Message: fmt.Sprintf("request body: nothing arrived for %s, the most this server waits: send the body without pausing", t.timeout)}
+	}
+	return n, err
 }

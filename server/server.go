@@ -45,6 +45,10 @@ func OpenAPI() []byte { return append([]byte(nil), openAPI...) }
 const (
 	DefaultMaxBodyBytes           = 1 << 20
 	DefaultMaxConcurrentPerClient = 16
+	DefaultBodyTimeout            = 30 * time.Second
+	DefaultHeaderTimeout          = 10 * time.Second
+	DefaultIdleTimeout            = 30 * time.Second
+	DefaultMaxConnections         = 1024
 )
 
 // Options configure a Server.
@@ -67,6 +71,20 @@ type Options struct {
 	// the unix socket's uids and Token's identity; more are answered
 	// 429.
 	MaxConcurrentPerClient int
+	// BodyTimeout is the longest the server waits for the next bytes of a
+	// request's body, its first included (default 30s): a body that stops
+	// arriving is answered 408 (code timeout) and its connection closed.
+	BodyTimeout time.Duration
+	// HeaderTimeout bounds how long a connection may take to send a
+	// request's headers (default 10s), and IdleTimeout how long one waits
+	// for its next request (default 30s); a client without the token is
+	// answered 401 and its connection closed.
+	HeaderTimeout, IdleTimeout time.Duration
+	// MaxConnections bounds the connections each listener Serve serves
+	// holds open at once (default 1024); one more is answered 429 (code
+	// limit_exceeded) and closed at once, so connections beyond it cost
+	// no descriptor for longer than that.
+	MaxConnections int
 	// Version is what GET /v1/health reports.
 	Version string
 	// Logf logs what the server cannot tell a client (nil: silent).
@@ -110,6 +128,18 @@ func New(o Options) (*Server, error) {
 	if o.MaxConcurrentPerClient <= 0 {
 		o.MaxConcurrentPerClient = DefaultMaxConcurrentPerClient
 	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = DefaultBodyTimeout
+	}
+	if o.HeaderTimeout <= 0 {
+		o.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = DefaultMaxConnections
+	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
@@ -142,6 +172,9 @@ type peer struct {
 }
 
 func (s *Server) connContext(ctx context.Context, c net.Conn) context.Context {
+	if lc, ok := c.(*limitedConn); ok {
+		c = lc.Conn
+	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return ctx
@@ -225,10 +258,14 @@ func (s *Server) Serve(l net.Listener) error {
 		Handler:           s.handler,
 		ConnContext:       s.connContext,
 		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		// No write timeout: an exec's stream lasts as long as the command.
+		ReadHeaderTimeout: s.o.HeaderTimeout,
+		IdleTimeout:       s.o.IdleTimeout,
+		// No read timeout: bodies are bounded by BodyTimeout between
+		// reads (bodyTimer), and the server's watch for a client that goes
+		// away reads during a stream. No write timeout: an exec's stream
+		// lasts as long as the command.
 	}
+	l = s.limitListener(l)
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()

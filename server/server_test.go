@@ -798,7 +798,7 @@ func TestStatus(t *testing.T) {
 	for code, status := range map[sandboxes.Code]int{
 		sandboxes.CodeBadRequest: 400, sandboxes.CodeAuth: 401, sandboxes.CodeDenied: 403, sandboxes.CodeNotFound: 404,
 		sandboxes.CodeConflict: 409, sandboxes.CodeTooLarge: 413, sandboxes.CodeLimit: 429, sandboxes.CodeInternal: 500,
-		sandboxes.CodeUnsupport: 501, sandboxes.CodeStopped: 503, "made_up": 500,
+		sandboxes.CodeUnsupport: 501, sandboxes.CodeStopped: 503, sandboxes.CodeTimeout: 408, "made_up": 500,
 	} {
 		if got := Status(code); got != status {
 			t.Errorf("Status(%q) = %d, want %d", code, got, status)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentsandbox/agentsandbox/policy"
+	"github.com/agentsandbox/agentsandbox/sandboxes"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 )
 
@@ -31,7 +32,9 @@ the same --state-dir the applies used. There gc also removes workspace
 templates (quota-templates/) that no apply will use: those of dead
 processes' unfinished makes, torn ones, and those of an older mkfs.ext4;
 and admission decisions (policy-cache/) of other agentsandbox binaries or
-unused for 30 days.` + exitStatusHelp,
+unused for 30 days; and the snapshots of serve's sandboxes that have
+stopped (a server collects them itself, but not when it was killed),
+leaving those of sandboxes with a journal (running under a server) alone.` + exitStatusHelp,
 		Example: "  agentsandbox gc\n  agentsandbox gc --state-dir /srv/agentsandbox",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -60,6 +63,8 @@ func runGC(_ context.Context, stdio Stdio, opts gcOptions) error {
 	}
 	decisions, derr := policy.GCDecisionCache(policyCacheDir(store.Dir()), decisionCacheMaxAge)
 	removed, err = append(removed, decisions...), errors.Join(err, derr)
+	snapshots, serr := sandboxes.CollectSnapshots(store)
+	removed, err = append(removed, snapshots...), errors.Join(err, serr)
 	for _, r := range removed {
 		fmt.Fprintf(stdio.Out, "removed %s\n", r)
 	}

@@ -187,7 +187,7 @@ func evalHostFacts(ctx context.Context, file string) (policy.Host, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&h); err != nil {
-		return policy.Host{}, usageErrorf("--host-facts %s: %w; want {\"isolation\": [...], \"hypervisors\": [...], \"kvm\": bool, \"nix\": bool, \"uid\": int}", file, err)
+		return policy.Host{}, usageErrorf("--host-facts %s: %w; want {\"isolation\": [...], \"hypervisors\": [...], \"kvm\": bool, \"nix\": bool, \"uid\": int, \"capacity\": {\"cpus\": int, \"memoryBytes\": int, \"diskBytes\": int, \"diskPath\": string} (optional: serve's)}", file, err)
 	}
 	return h, nil
 }

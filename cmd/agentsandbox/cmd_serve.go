@@ -36,6 +36,8 @@ type serveOptions struct {
 	Listen       string
 	TokenFile    string
 	Identities   string
+	MaxConns     int
+	BodyTimeout  time.Duration
 	Templates    string
 	MaxSandboxes int
 	MaxRuns      int
@@ -44,7 +46,11 @@ type serveOptions struct {
 	DefaultTTL   time.Duration
 	DefaultIdle  time.Duration
 	ExecLogLimit string // a size, such as 256MiB
-	Policy       policyOptions
+	// Snapshot quotas: per sandbox, and of every running sandbox.
+	MaxSnapshots       int
+	MaxSnapshotBytes   string
+	SnapshotStoreBytes string
+	Policy             policyOptions
 }
 
 // socketName is the server's default unix socket in the state directory,
@@ -88,6 +94,16 @@ SIGHUP reloads the policy from the same --policy and --policy-data sources:
 the next action and create are judged by it, and the sandboxes keep running.
 A policy that fails to load is reported and the one in force stays.
 
+Each listener holds at most --max-connections connections (1024; one more
+is answered 429 and closed), a request's headers must arrive within 10s,
+and a body that sends nothing for --body-timeout (30s) is answered 408 and
+its connection closed (docs/api.md).
+
+A sandbox holds at most --max-snapshots snapshots of --max-snapshot-bytes
+(their NARs), and the running sandboxes together --snapshot-store-bytes; a
+sandbox's snapshots are removed when it stops, unless another running
+sandbox took the same tree.
+
 --warm N keeps N sandboxes of the default spec ('{}') opened ahead, and
 --warm-template FILE#STEP=N as many of a template: a create that asks for
 the same sandbox gets one at once, and the pool opens the next in the
@@ -109,6 +125,8 @@ force (a reload replaces them, as does an edit of the template).` + exitStatusHe
 	f.StringVar(&opts.Listen, "listen", "", "also listen on this TCP address, such as 127.0.0.1:8723 (needs --identities or --token-file)")
 	f.StringVar(&opts.TokenFile, "token-file", "", "file holding the one token TCP clients send, the user identity \"token\" (mode 0600)")
 	f.StringVar(&opts.Identities, "identities", "", "YAML file of the identities TCP clients authenticate as: name, token_sha256, role, limits (mode 0600; docs/api.md)")
+	f.IntVar(&opts.MaxConns, "max-connections", server.DefaultMaxConnections, "most connections open at once on each listener (the unix socket, --listen); one more is answered 429 and closed")
+	f.DurationVar(&opts.BodyTimeout, "body-timeout", server.DefaultBodyTimeout, "longest wait for the next bytes of a request's body; a body that stops arriving is answered 408")
 	return cmd
 }
 
@@ -116,6 +134,9 @@ force (a reload replaces them, as does an edit of the template).` + exitStatusHe
 // else (the root check included).
 func (opts serveOptions) check() error {
 	if _, err := opts.execLogLimit(); err != nil {
+		return err
+	}
+	if _, _, err := opts.snapshotQuotas(); err != nil {
 		return err
 	}
 	_, err := opts.warmSpecs()
@@ -129,6 +150,36 @@ func (opts serveOptions) execLogLimit() (int64, error) {
 		return 0, usageErrorf("--exec-log-limit %q: want a size of 1MiB or more, such as 256MiB or 1GiB", opts.ExecLogLimit)
 	}
 	return n, nil
+}
+
+// snapshotQuotas are --max-snapshot-bytes and --snapshot-store-bytes.
+func (opts serveOptions) snapshotQuotas() (perSandbox, all int64, err error) {
+	if opts.MaxSnapshots < 1 {
+		return 0, 0, usageErrorf("--max-snapshots %d: want 1 or more", opts.MaxSnapshots)
+	}
+	for _, q := range []struct {
+		flag, v string
+		to      *int64
+	}{{"--max-snapshot-bytes", opts.MaxSnapshotBytes, &perSandbox}, {"--snapshot-store-bytes", opts.SnapshotStoreBytes, &all}} {
+		n, err := workflow.ParseSize(q.v)
+		if err != nil || n < 1 {
+			return 0, 0, usageErrorf("%s %q: want a size such as 4GiB", q.flag, q.v)
+		}
+		*q.to = n
+	}
+	return perSandbox, all, nil
+}
+
+// checkHTTP refuses the HTTP server's flags (serve's, not mcp's) that it
+// cannot take.
+func (opts serveOptions) checkHTTP() error {
+	if opts.MaxConns < 1 {
+		return usageErrorf("--max-connections %d: want 1 or more", opts.MaxConns)
+	}
+	if opts.BodyTimeout <= 0 {
+		return usageErrorf("--body-timeout %s: want a positive duration, such as 30s", opts.BodyTimeout)
+	}
+	return nil
 }
 
 // warmSpecs are the pools --warm and --warm-template ask for.
@@ -162,7 +213,7 @@ func (opts serveOptions) warmSpecs() ([]sandboxes.WarmSpec, error) {
 func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 	hup := catchHangup() // from the start: one sent while starting must not kill it
 	defer hup.stop()
-	if err := opts.check(); err != nil {
+	if err := errors.Join(opts.check(), opts.checkHTTP()); err != nil {
 		return err
 	}
 	if os.Geteuid() != 0 {
@@ -180,6 +231,7 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 	defer hup.reloadPolicy(ctx, stdio, opts.Policy, mgr)()
 	mcpServer := mcpserver.New(mgr, toolVersion(), mcpserver.Options{Records: store})
 	srv, err := server.New(server.Options{Manager: mgr, Token: token, Identities: ids, Version: toolVersion(),
+		MaxConnections: opts.MaxConns, BodyTimeout: opts.BodyTimeout,
 		Logf:  func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
 		Extra: map[string]http.Handler{"/mcp": mcpserver.HTTPHandler(mcpServer)}})
 	if err != nil {
@@ -270,6 +322,10 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (_ san
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	snapBytes, snapStore, err := opts.snapshotQuotas()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	if opts.Templates != "" {
 		abs, err := filepath.Abs(opts.Templates)
 		if err != nil {
@@ -292,6 +348,9 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (_ san
 		}
 	}
 	host := engine.ProbeHost(ctx, kvmProbeFor("auto"))
+	// An API caller's sandbox or run may ask for no more than this host
+	// has (the policy's host_ceilings), judged at each admission.
+	host.Capacity = engine.CapacityOf(runRoot, func(format string, args ...any) { fmt.Fprintf(stdio.Err, "warning: "+format+"\n", args...) })
 	pol, err := loadPolicy(ctx, opts.Policy, "")
 	if err != nil {
 		return nil, nil, nil, err
@@ -328,6 +387,7 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (_ san
 		Inputs:      fetcher,
 		TemplateDir: opts.Templates, MaxSandboxes: opts.MaxSandboxes, MaxRuns: opts.MaxRuns, Warm: warm,
 		DefaultTTL: opts.DefaultTTL, DefaultIdle: opts.DefaultIdle, LogLimit: logLimit,
+		MaxSnapshots: opts.MaxSnapshots, MaxSnapshotBytes: snapBytes, SnapshotStoreBytes: snapStore,
 		Logf:        func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
 		DecisionLog: dlog,
 	}
@@ -422,5 +482,8 @@ func (opts *serveOptions) addManagerFlags(f *pflag.FlagSet) {
 	f.DurationVar(&opts.DefaultTTL, "default-ttl", time.Hour, "a sandbox's lifetime when its spec gives none")
 	f.DurationVar(&opts.DefaultIdle, "default-idle", 15*time.Minute, "a sandbox's idle timeout when its spec gives none")
 	f.StringVar(&opts.ExecLogLimit, "exec-log-limit", "256MiB", "how much of each stream of a command's output is kept (on disk, in the record) for readers to read later; past it, output reaches only a reader that keeps up")
+	f.IntVar(&opts.MaxSnapshots, "max-snapshots", sandboxes.DefaultMaxSnapshots, "most snapshots (distinct trees) one sandbox holds; a sandbox's snapshots go when it stops")
+	f.StringVar(&opts.MaxSnapshotBytes, "max-snapshot-bytes", workflow.FormatSize(sandboxes.DefaultMaxSnapshotBytes), "most bytes the snapshots of one sandbox hold (their NARs: every byte of every file, sparse holes too)")
+	f.StringVar(&opts.SnapshotStoreBytes, "snapshot-store-bytes", workflow.FormatSize(sandboxes.DefaultSnapshotStoreBytes), "most bytes the snapshots of every running sandbox hold together")
 	opts.Policy.AddFlags(f)
 }

@@ -27,6 +27,9 @@ func cleanPath(p string) (string, error) {
 	case path.IsAbs(p):
 		return "", sandboxes.Errorf(sandboxes.CodeBadRequest, "path %q is absolute: give it relative to the workspace", p)
 	}
+	if err := sandboxes.CheckPathLength(p); err != nil {
+		return "", err
+	}
 	if p == "" {
 		return ".", nil
 	}

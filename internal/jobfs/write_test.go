@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -70,5 +71,106 @@ func TestWriteBeneath(t *testing.T) {
 	}
 	if _, err := os.Lstat(outside); err != nil {
 		t.Errorf("outside went: %v", err)
+	}
+}
+
+// TestPendingFile: a pending file appears at its path only on Commit,
+// replacing what was there; Abort leaves the old file and no other; a
+// directory or symlink at the path is refused (or, planted after the
+// start, a symlink is replaced, never followed); the job's own files of
+// the hidden names are never taken over.
+func TestPendingFile(t *testing.T) {
+	t.Run("O_TMPFILE", testPendingFile)
+	t.Run("named", func(t *testing.T) {
+		noTmpfile = true
+		defer func() { noTmpfile = false }()
+		testPendingFile(t)
+	})
+}
+
+func testPendingFile(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	uid, gid := os.Getuid(), os.Getgid()
+	path := filepath.Join(dir, "f.txt")
+	os.WriteFile(path, []byte("old"), 0o644)
+
+	p, err := r.CreatePending("f.txt", 0o600, uid, gid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.WriteString("new content")
+	if entries, _ := os.ReadDir(dir); (len(entries) == 1) != !noTmpfile {
+		t.Errorf("while it is written the directory holds %v", entries)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "old" {
+		t.Fatalf("before Commit the path holds %q", b)
+	}
+	if err := p.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "new content" {
+		t.Errorf("after Commit: %q", b)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v", fi.Mode())
+	}
+	p.Abort() // after Commit: nothing
+
+	p, err = r.CreatePending("f.txt", 0o644, uid, gid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.WriteString("partial")
+	p.Abort()
+	if b, _ := os.ReadFile(path); string(b) != "new content" {
+		t.Errorf("after Abort: %q", b)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("after Abort the directory holds %v", entries)
+	}
+
+	os.Mkdir(filepath.Join(dir, "d"), 0o755)
+	os.Symlink(filepath.Join(outside, "x"), filepath.Join(dir, "link"))
+	for _, rel := range []string{"d", "link", "../x"} {
+		if _, err := r.CreatePending(rel, 0o644, uid, gid); err == nil {
+			t.Errorf("CreatePending(%q): no error", rel)
+		}
+	}
+	// A symlink planted at the path while it is written is replaced.
+	p, err = r.CreatePending("late", 0o644, uid, gid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.WriteString("mine")
+	os.Symlink(filepath.Join(outside, "y"), filepath.Join(dir, "late"))
+	if err := p.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, "late")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("late: %v %v", fi, err)
+	}
+	// A directory made at the path meanwhile fails the commit.
+	p, err = r.CreatePending("late2", 0o644, uid, gid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(dir, "late2"), 0o755)
+	if err := p.Commit(); err == nil {
+		t.Error("commit over a directory: no error")
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Fatalf("something was written outside: %v", entries)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), PendingPrefix) {
+			t.Errorf("a hidden file is left: %s", e.Name())
+		}
 	}
 }

@@ -46,6 +46,9 @@ func (p *Proc) Output() string {
 	return strings.Join(p.lines, "\n")
 }
 
+// Pid is the process's id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Signal sends sig to the process.
 func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 
@@ -137,9 +140,6 @@ func Start(t testing.TB, ready func(line string) bool, bin string, args ...strin
 	}
 	return nil, ""
 }
-
-// Pid is the process's id.
-func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
 // Stop sends SIGTERM and returns how the process exited, with its output.
 func (p *Proc) Stop() (string, error) {

@@ -14,6 +14,7 @@
 // (with options.token), else $AGENTSANDBOX_SOCKET, else $AGENTSANDBOX_URL
 // with $AGENTSANDBOX_TOKEN, else serve.sock in the default state directory.
 
+import { createHash } from "node:crypto";
 import http from "node:http";
 import https from "node:https";
 import os from "node:os";
@@ -25,12 +26,13 @@ import path from "node:path";
  * code is the API's stable code ("not_found", "conflict", "policy_denied",
  * ... in docs/api.md), or "unavailable" when the server could not be
  * reached, "exec_error" when a command could not start or its stream
- * broke off, or "output_gap" when output was lost: the server no longer had
- * it. Such an error has gaps, a list of {stream, offset, next} (the bytes
- * [offset, next) of "stdout" or "stderr" are missing), and result, the
- * ExecResult of what did come; the bytes around a gap are never run
- * together silently. status is the HTTP status (0 when there was none).
- * decision is the policy decision's id for "policy_denied".
+ * broke off, "output_gap" when output was lost: the server no longer had
+ * it, or "integrity" when a file read does not hash to the SHA-256 the
+ * server sent with it. An "output_gap" error has gaps, a list of {stream,
+ * offset, next} (the bytes [offset, next) of "stdout" or "stderr" are
+ * missing), and result, the ExecResult of what did come; the bytes around
+ * a gap are never run together silently. status is the HTTP status (0 when
+ * there was none). decision is the policy decision's id for "policy_denied".
  */
 export class AgentSandboxError extends Error {
   /**
@@ -50,7 +52,7 @@ export class AgentSandboxError extends Error {
 
 const codeOfStatus = {
   400: "bad_request", 401: "unauthorized", 403: "policy_denied", 404: "not_found",
-  409: "conflict", 413: "too_large", 429: "limit_exceeded", 500: "internal",
+  408: "timeout", 409: "conflict", 413: "too_large", 429: "limit_exceeded", 500: "internal",
   501: "not_supported_yet", 503: "server_stopping",
 };
 
@@ -195,6 +197,25 @@ function readAll(stream) {
     stream.on("aborted", () => reject(new AgentSandboxError("exec_error", 0,
       "the server closed the connection mid-answer; check that agentsandbox serve is still running")));
   });
+}
+
+/**
+ * Throws AgentSandboxError "integrity" unless buf hashes to res's
+ * X-Agentsandbox-Sha256 trailer (read once res has ended). An answer
+ * without the trailer (an older server) is not checked.
+ * @param {string} what
+ * @param {Buffer} buf
+ * @param {http.IncomingMessage} res
+ */
+export function checkSha256(what, buf, res) {
+  const want = res.trailers?.["x-agentsandbox-sha256"];
+  if (!want) return;
+  const got = createHash("sha256").update(buf).digest("hex");
+  if (got !== want.toLowerCase()) {
+    throw new AgentSandboxError("integrity", res.statusCode,
+      `${what}: the ${buf.length} bytes received hash to sha256 ${got}, but the server says ${want} ` +
+      "(X-Agentsandbox-Sha256): the answer was damaged on the way; read it again");
+  }
 }
 
 /**
@@ -408,9 +429,17 @@ export class Files {
     return `/v1/sandboxes/${q(this.sandbox.id)}/${kind}${p ? `/${filePath(p)}` : ""}`;
   }
 
-  /** @returns {Promise<Buffer>} the file's bytes */
+  /**
+   * The file's bytes, checked against the SHA-256 the server sends after
+   * them (the trailer X-Agentsandbox-Sha256): bytes that do not match are
+   * an AgentSandboxError with code "integrity".
+   * @returns {Promise<Buffer>}
+   */
   async read(p) {
-    return readAll(await this.sandbox._t.request("GET", this._path("files", p)));
+    const res = await this.sandbox._t.request("GET", this._path("files", p));
+    const buf = await readAll(res);
+    checkSha256(`read ${p}`, buf, res);
+    return buf;
   }
 
   /** @returns {Promise<string>} the file as UTF-8 text */

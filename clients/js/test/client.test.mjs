@@ -214,6 +214,18 @@ for (const [name, conn] of conns) {
       await rejectsWith(sb.files.read("../etc/passwd"), "bad_request", 400);
     });
 
+    it("gets the sha256 of a file read as the trailer and checks it", async () => {
+      const data = Buffer.alloc(100000, "xyz");
+      await sb.files.write("trailer.bin", data);
+      const res = await sb._t.request("GET", `/v1/sandboxes/${sb.id}/files/trailer.bin`);
+      const chunks = [];
+      for await (const c of res) chunks.push(c);
+      assert.deepEqual(Buffer.concat(chunks), data);
+      assert.equal(res.trailers["x-agentsandbox-sha256"], createHash("sha256").update(data).digest("hex"),
+        "the server sends the SHA-256 of the bytes as the trailer it declares");
+      assert.deepEqual(await sb.files.read("trailer.bin"), data);
+    });
+
     it("snapshots, restores and forks", async () => {
       const s = await Sandbox.create({ ...conn, labels: { test: `js-snap-${process.pid}` } });
       try {

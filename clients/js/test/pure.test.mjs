@@ -2,6 +2,9 @@
 // tools cut long text. No server needed.
 
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import fs from "node:fs";
+import http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { Readable } from "node:stream";
@@ -128,4 +131,49 @@ it("rejects output the server did not send instead of running it together", asyn
   const r = await answering(gapEvents.slice(2, 3)).getExec("x1").output({ stdout: 10 });
   assert.equal(r.stdout, "xyz");
   assert.equal(r.stdoutOffset, 13);
+});
+
+// A scripted server on a unix socket of its own answers a file read with a
+// chunked body and the trailer it is given.
+async function trailerServer(trailer) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "as-js-"));
+  const sock = path.join(dir, "s.sock");
+  const srv = http.createServer((req, res) => {
+    if (!req.url.includes("/files/")) { // Sandbox.connect's look-up
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ id: "sb-1", state: "running" }));
+      return;
+    }
+    res.writeHead(200, { "content-type": "application/octet-stream", trailer: "X-Agentsandbox-Sha256" });
+    res.write("hello");
+    if (trailer !== undefined) res.addTrailers({ "X-Agentsandbox-Sha256": trailer });
+    res.end();
+  });
+  await new Promise((resolve) => srv.listen(sock, resolve));
+  return { sb: await Sandbox.connect("sb-1", { socket: sock }), close: () => { srv.close(); fs.rmSync(dir, { recursive: true }); } };
+}
+
+it("refuses a file read whose bytes do not match the sha256 trailer", async () => {
+  const s = await trailerServer("0".repeat(64));
+  try {
+    await assert.rejects(s.sb.files.read("f"), (err) => {
+      assert.ok(err instanceof AgentSandboxError);
+      assert.equal(err.code, "integrity");
+      assert.match(err.message, /damaged/);
+      return true;
+    });
+  } finally {
+    s.close();
+  }
+});
+
+it("takes a file read whose bytes match the sha256 trailer, or that has none", async () => {
+  for (const trailer of [createHash("sha256").update("hello").digest("hex"), undefined]) {
+    const s = await trailerServer(trailer);
+    try {
+      assert.deepEqual(await s.sb.files.read("f"), Buffer.from("hello"));
+    } finally {
+      s.close();
+    }
+  }
 });

@@ -7,7 +7,9 @@ class AgentSandboxError(Exception):
     code is the API's stable code (docs/api.md: "not_found", "conflict",
     "policy_denied", ...), or "unavailable" when the server could not be
     reached, "exec_error" when a command could not start or its stream
-    broke off, and "output_gap" (OutputGapError) when output was lost. status is the HTTP status (0 when there was none). message
+    broke off, "output_gap" (OutputGapError) when output was lost, and
+    "integrity" when a file read does not hash to the SHA-256 the server
+    sent with it. status is the HTTP status (0 when there was none). message
     says what to do. decision is the policy decision's id for
     "policy_denied".
     """

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from ._errors import AgentSandboxError, OutputGapError
-from ._transport import Transport, quote_path
+from ._transport import Transport, check_sha256, quote_path
 
 
 def _duration(v, name):
@@ -380,12 +380,14 @@ class Files:
         """The file's bytes."""
         resp = self._sb._t.request("GET", self._path("files", path), headers={"Accept": "*/*"})
         try:
-            return resp.read()
+            data = resp.read()
         except Exception as e:
             raise AgentSandboxError("internal", resp.status,
                                     "read %s: the answer broke off: %s; try again" % (path, e)) from e
         finally:
             resp.close()
+        check_sha256("read %s" % path, data, resp)
+        return data
 
     def read_text(self, path, encoding="utf-8"):
         return self.read(path).decode(encoding)

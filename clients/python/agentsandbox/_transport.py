@@ -1,5 +1,6 @@
 """HTTP to the agentsandbox server over its unix socket or TCP, standard library only."""
 
+import hashlib
 import http.client
 import json
 import os
@@ -25,8 +26,38 @@ def default_socket():
     return os.path.join(default_state_dir(), SOCKET_NAME)
 
 
+class _Response(http.client.HTTPResponse):
+    """An HTTPResponse that keeps the trailer fields of a chunked answer.
+
+    http.client reads them and throws them away; the server sends the
+    SHA-256 of a file's bytes as the trailer X-Agentsandbox-Sha256, for
+    the client to check what it received. trailers is a dict of
+    lower-case names once the body has been read to its end, None before
+    (and for an answer that was not chunked).
+    """
+
+    trailers = None
+
+    def _read_and_discard_trailer(self):
+        trailers = {}
+        for _ in range(http.client._MAXHEADERS + 1):
+            line = self.fp.readline(http.client._MAXLINE + 1)
+            if len(line) > http.client._MAXLINE:
+                raise http.client.LineTooLong("trailer line")
+            if not line or line in (b"\r\n", b"\n"):
+                break
+            name, sep, value = line.decode("latin-1").partition(":")
+            if sep:
+                trailers[name.strip().lower()] = value.strip()
+        else:
+            raise http.client.HTTPException("more than %d trailer lines" % http.client._MAXHEADERS)
+        self.trailers = trailers
+
+
 class _UnixHTTPConnection(http.client.HTTPConnection):
     """An HTTPConnection to a unix socket; the host name is only for the Host header."""
+
+    response_class = _Response
 
     def __init__(self, path, timeout=None):
         super().__init__("sandbox", timeout=timeout)
@@ -82,8 +113,11 @@ class Transport:
         if self.socket:
             return _UnixHTTPConnection(self.socket, timeout=self.timeout)
         if self._scheme == "https":
-            return http.client.HTTPSConnection(self._netloc, timeout=self.timeout)
-        return http.client.HTTPConnection(self._netloc, timeout=self.timeout)
+            conn = http.client.HTTPSConnection(self._netloc, timeout=self.timeout)
+        else:
+            conn = http.client.HTTPConnection(self._netloc, timeout=self.timeout)
+        conn.response_class = _Response
+        return conn
 
     def request(self, method, path, query=None, body=None, json_body=None, headers=None, ok=(200,)):
         """Sends one request and returns the open response once its status is one of ok.
@@ -159,3 +193,21 @@ def quote_path(path):
     elif path.startswith("/workspace/"):
         path = path[len("/workspace/"):]
     return urllib.parse.quote(path, safe="/")
+
+
+SHA256_TRAILER = "x-agentsandbox-sha256"
+
+
+def check_sha256(what, data, resp):
+    """Raises AgentSandboxError("integrity") unless data hashes to the
+    answer's X-Agentsandbox-Sha256 trailer. An answer without the trailer
+    (an older server) is not checked."""
+    want = (resp.trailers or {}).get(SHA256_TRAILER)
+    if not want:
+        return
+    got = hashlib.sha256(data).hexdigest()
+    if got != want.lower():
+        raise AgentSandboxError(
+            "integrity", resp.status,
+            "%s: the %d bytes received hash to sha256 %s, but the server says %s "
+            "(X-Agentsandbox-Sha256): the answer was damaged on the way; read it again" % (what, len(data), got, want))

@@ -326,6 +326,19 @@ class FilesTest(unittest.TestCase):
         f.remove("dir", recursive=True)
         self.assertFalse(f.exists("dir"))
 
+    def test_read_checks_the_sha256_trailer(self):
+        import hashlib
+        data = os.urandom(100000)
+        self.sb.files.write("trailer.bin", data)
+        resp = self.sb._t.request("GET", self.sb.files._path("files", "trailer.bin"))
+        try:
+            self.assertEqual(resp.read(), data)
+        finally:
+            resp.close()
+        self.assertEqual((resp.trailers or {}).get("x-agentsandbox-sha256"), hashlib.sha256(data).hexdigest(),
+                         "the server sends the SHA-256 of the bytes as the trailer it declares")
+        self.assertEqual(self.sb.files.read("trailer.bin"), data)
+
     def test_names_that_need_quoting(self):
         name = "sp ace/q?u#e%s&t.txt"
         self.sb.files.write(name, "odd")
@@ -540,3 +553,48 @@ class TCPTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TrailerTest(unittest.TestCase):
+    """A file read whose bytes do not hash to the server's trailer is an
+    error, not data: a scripted server on a unix socket of its own answers
+    with a chunked body and a trailer of its choosing."""
+
+    def serve(self, trailer):
+        import socket as socketlib
+        import tempfile
+        d = tempfile.mkdtemp()
+        path = os.path.join(d, "s.sock")
+        srv = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+        srv.bind(path)
+        srv.listen(1)
+        self.addCleanup(srv.close)
+
+        def answer():
+            conn, _ = srv.accept()
+            with conn:
+                buf = b""
+                while b"\r\n\r\n" not in buf:
+                    buf += conn.recv(4096)
+                head = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n" \
+                       b"Trailer: X-Agentsandbox-Sha256\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                body = b"5\r\nhello\r\n0\r\n" + trailer + b"\r\n"
+                conn.sendall(head + body)
+        threading.Thread(target=answer, daemon=True).start()
+        return agentsandbox.Sandbox("sb-1", agentsandbox.Transport(socket=path))
+
+    def test_wrong_sha256(self):
+        sb = self.serve(b"X-Agentsandbox-Sha256: " + b"0" * 64 + b"\r\n")
+        with self.assertRaises(AgentSandboxError) as cm:
+            sb.files.read("f")
+        self.assertEqual(cm.exception.code, "integrity")
+        self.assertIn("damaged", cm.exception.message)
+
+    def test_right_sha256(self):
+        import hashlib
+        sb = self.serve(b"X-Agentsandbox-Sha256: " + hashlib.sha256(b"hello").hexdigest().encode() + b"\r\n")
+        self.assertEqual(sb.files.read("f"), b"hello")
+
+    def test_no_trailer_is_not_checked(self):
+        sb = self.serve(b"")
+        self.assertEqual(sb.files.read("f"), b"hello")
