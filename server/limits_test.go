@@ -105,7 +105,9 @@ func answer(t *testing.T, c net.Conn, limit time.Duration) (*http.Response, stri
 // closed, and the client's requests go through again. A file put that
 // stalls midway is cut off the same way and leaves no file.
 func TestStalledBodies(t *testing.T) {
-	const timeout = 2 * time.Second
+	// Long enough for a loaded host to take all 16 slots well before the
+	// first stalled body is cut off (2 s was not, with the other core busy).
+	const timeout = 10 * time.Second
 	_, _, addr := serveTCP(t, func(o *Options) { o.BodyTimeout = timeout })
 	e := &env{t: t, url: "http://" + addr, c: &http.Client{}}
 	sb := e.create(sandboxes.Spec{})
@@ -132,7 +134,7 @@ func TestStalledBodies(t *testing.T) {
 	}
 	start := time.Now()
 	for _, c := range stalled {
-		resp, body := answer(t, c, 5*time.Second)
+		resp, body := answer(t, c, timeout+5*time.Second)
 		if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(body, `"timeout"`) || !strings.Contains(body, "nothing arrived") || !resp.Close {
 			t.Errorf("a stalled body: %d %q (close %v), want 408 timeout and the connection closed", resp.StatusCode, body, resp.Close)
 		}
@@ -143,16 +145,21 @@ func TestStalledBodies(t *testing.T) {
 	want[SandboxList](t, e.req("GET", "/v1/sandboxes", nil), 200)
 	wantErr(t, e.req("GET", "/v1/sandboxes/"+sb.ID+"/stat/stalled.bin", nil), 404, sandboxes.CodeNotFound)
 	// A body that keeps coming, slower than the timeout as a whole but
-	// never pausing that long, is taken.
+	// never pausing that long, is taken (on a server with a short timeout,
+	// to keep the test short).
+	const short = 2 * time.Second
+	_, _, addr2 := serveTCP(t, func(o *Options) { o.BodyTimeout = short })
+	e2 := &env{t: t, url: "http://" + addr2, c: &http.Client{}}
+	sb2 := e2.create(sandboxes.Spec{})
 	pr, pw := io.Pipe()
 	go func() {
 		for range 5 {
 			pw.Write([]byte("0123456789"))
-			time.Sleep(timeout / 2)
+			time.Sleep(short * 2 / 5)
 		}
 		pw.Close()
 	}()
-	fi := want[sandboxes.FileInfo](t, e.req("PUT", "/v1/sandboxes/"+sb.ID+"/files/slow.txt", pr), 200)
+	fi := want[sandboxes.FileInfo](t, e2.req("PUT", "/v1/sandboxes/"+sb2.ID+"/files/slow.txt", pr), 200)
 	if fi.Size != 50 {
 		t.Errorf("a slow put: %+v", fi)
 	}
