@@ -81,17 +81,21 @@ func TestOOM(t *testing.T) {
 }
 
 // TestForkBombHeld: a fork bomb is held at the step's pids limit, the step
-// ends, and the job's own shell goes on beside it. The shell waits with a
-// builtin loop, not sleep: any fork competes with the bomb for the same
-// pids and may rightly fail while the bomb holds them all.
+// ends, and the job's own shell goes on beside it. The shell forks once,
+// for a subshell that starts the bomb: dash forks every element of a
+// background pipeline from the shell itself, so "f | f &" run by the job's
+// own shell races its second fork against the first element's children.
+// The shell then waits with a builtin loop, not sleep: any fork competes
+// with the bomb for the same pids and may rightly fail while the bomb
+// holds them all.
 func TestForkBombHeld(t *testing.T) {
 	b, opts := rootBackend(t)
-	spec := suiteOpts.Spec(t, "bomb", runnertest.Sh("f() { f | f & }; f; i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; echo still-here"))
+	spec := suiteOpts.Spec(t, "bomb", runnertest.Sh("(f() { f | f & }; f) & i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; echo still-here"))
 	spec.Step.Resources.PIDs = 32
 	spec.Step.Resources.TimeoutMS = 10_000
 	res := runnertest.RunStep(t, b, spec)
 	limit := int64(32 + InitPIDs)
-	t.Logf("status %s, usage %+v", res.Status, res.Usage)
+	t.Logf("status %s, detail %q, result %+v, usage %+v", res.Status, res.Detail, res.Result, res.Usage)
 	if res.Usage.PidsPeak < 10 || res.Usage.PidsPeak > limit {
 		t.Errorf("pids peak %d, want the bomb to reach the limit %d and stay there", res.Usage.PidsPeak, limit)
 	}

@@ -39,6 +39,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
+	"github.com/agentsandbox/agentsandbox/vmrunner/jail/jailwire"
 	"github.com/agentsandbox/agentsandbox/vmrunner/sandbox"
 	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"github.com/agentsandbox/agentsandbox/workflow"
@@ -48,8 +49,11 @@ import (
 const DefaultJailDir = "/run/agentsandbox/jails"
 
 // InitPIDs is added to a step's pids limit for the jail's init, a Go
-// program whose threads count against pids.max like the job's do.
+// program whose threads count against pids.max like the job's do. The
+// init holds jailwire.InitThreads of them from before the job starts.
 const InitPIDs = 16
+
+var _ = [InitPIDs - jailwire.InitThreads]struct{}{} // the reserve fits in what the host adds
 
 // HostGrace is how long past its timeout the host lets a step run before it
 // kills the whole cgroup itself: the agent's own SIGTERM-then-SIGKILL grace

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/agentsandbox/agentsandbox/guest"
@@ -321,6 +322,7 @@ func runAgent(status *os.File, statusFD int) int {
 		sendMessage(status, jailwire.Message{Error: fmt.Sprintf("jail setup: set parent death signal: %v", err)})
 		return 1
 	}
+	holdThreads(jailwire.InitThreads)
 	sendMessage(status, jailwire.Message{Ready: true})
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -343,6 +345,43 @@ func runAgent(status *os.File, statusFD int) int {
 		return 1
 	}
 	return 0
+}
+
+// holdThreads makes the Go runtime start OS threads until the process has
+// n, before the job runs, and keeps them: the runtime parks a thread that
+// has nothing to run instead of ending it, and takes a parked one before
+// it asks the kernel for a new one. Each goroutine locks itself to a thread
+// and waits until all are locked, so no two share one; they unlock and end
+// together. Threads started here inherit the dropped capabilities, no_new_privs
+// and seccomp filter of the thread that clones them, like any later thread.
+func holdThreads(n int) {
+	need := n - threadCount()
+	if need <= 0 {
+		return
+	}
+	var locked, release sync.WaitGroup
+	locked.Add(need)
+	release.Add(1)
+	for i := 0; i < need; i++ {
+		go func() {
+			runtime.LockOSThread()
+			locked.Done()
+			release.Wait()
+			runtime.UnlockOSThread()
+		}()
+	}
+	locked.Wait()
+	release.Done()
+}
+
+// threadCount is the number of threads of this process, from
+// /proc/self/task (the jail's /proc), or 0 when it cannot be read.
+func threadCount() int {
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return 0
+	}
+	return len(ents)
 }
 
 var mountFlagNames = map[string]uintptr{

@@ -30,6 +30,14 @@ const InitArg = "__agentsandbox_init"
 // says its number in its hello and jail.Process.Release refuses any other.
 const InitProtocol = 1
 
+// InitThreads is how many OS threads the init (a Go program, PID 1 of the
+// jail) starts and keeps before it runs the job. pids.max counts threads,
+// and the job shares the init's cgroup: an init that asked the kernel for
+// a thread only once a fork bomb held every pid would die of it, and take
+// the step's result with it. The host adds at least this much to a step's
+// pids limit (vmrunner/namespace.InitPIDs).
+const InitThreads = 12
+
 // Environment variables that carry descriptor numbers and the stage to the
 // init and to its re-executed stage 2.
 const (
