@@ -2,6 +2,7 @@ package record
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -49,6 +50,50 @@ func (a *abortReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// padCheck refuses a NAR whose padding is not zero, which go-nix's reader
+// skips unread. A NAR is nothing but a sequence of strings, each an 8-byte
+// little-endian length, that many bytes and zeros up to a multiple of 8;
+// one with other padding bytes unpacks to the same tree as the NAR Nix
+// writes, so a stored NAR would restore to a tree that hashes to another
+// NAR. padCheck follows that framing over the bytes the reader consumes.
+type padCheck struct {
+	r      io.Reader
+	off    int64   // bytes consumed so far
+	lenBuf [8]byte // the length being read
+	nLen   int     // bytes of lenBuf filled
+	data   uint64  // string bytes still to skip
+	pad    int     // padding bytes still to check
+}
+
+func (c *padCheck) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	for i := 0; i < n; i++ {
+		switch {
+		case c.data > 0:
+			skip := uint64(n - i)
+			if skip > c.data {
+				skip = c.data
+			}
+			c.data -= skip
+			i += int(skip) - 1
+		case c.pad > 0:
+			if p[i] != 0 {
+				return i, fmt.Errorf("padding byte %#x at offset %d is not zero: not a NAR as Nix writes it", p[i], c.off+int64(i))
+			}
+			c.pad--
+		default:
+			c.lenBuf[c.nLen] = p[i]
+			if c.nLen++; c.nLen == 8 {
+				c.nLen = 0
+				c.data = binary.LittleEndian.Uint64(c.lenBuf[:])
+				c.pad = int((8 - c.data%8) % 8)
+			}
+		}
+	}
+	c.off += int64(n)
+	return n, err
+}
+
 func (s *Store) openNARWalk(h NarHash) (*narWalk, error) {
 	blob, err := s.OpenBlob(h.Blob())
 	if err != nil {
@@ -60,7 +105,7 @@ func (s *Store) openNARWalk(h NarHash) (*narWalk, error) {
 func newNARWalk(h NarHash, blob io.ReadCloser) (*narWalk, error) {
 	// The NAR reader reads token by token: buffer it.
 	br := bufio.NewReaderSize(blob, 64<<10)
-	src := &abortReader{r: br}
+	src := &abortReader{r: &padCheck{r: br}}
 	nr, err := nar.NewReader(src)
 	if err != nil {
 		blob.Close()
