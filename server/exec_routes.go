@@ -22,11 +22,7 @@ func (s *Server) execRoutes(m sandboxes.Manager) {
 		}
 		if req.Background {
 			info, err := m.Exec(r.Context(), r.PathValue("id"), req, nil)
-			if err != nil {
-				return err
-			}
-			writeJSON(w, http.StatusAccepted, info)
-			return nil
+			return reply(w, http.StatusAccepted, info, err)
 		}
 		st := newStream(w, r)
 		_, err := m.Exec(r.Context(), r.PathValue("id"), req, st.emit)
@@ -34,11 +30,7 @@ func (s *Server) execRoutes(m sandboxes.Manager) {
 	})
 	s.handle("GET /v1/sandboxes/{id}/execs/{execId}", func(w *respWriter, r *http.Request) error {
 		info, err := m.GetExec(r.Context(), r.PathValue("id"), r.PathValue("execId"))
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, info)
-		return nil
+		return reply(w, http.StatusOK, info, err)
 	})
 	s.handle("GET /v1/sandboxes/{id}/execs/{execId}/output", func(w *respWriter, r *http.Request) error {
 		q := r.URL.Query()

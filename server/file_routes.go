@@ -36,11 +36,7 @@ func (s *Server) fileRoutes(m sandboxes.Manager) {
 			return err
 		}
 		info, err := m.Stat(r.Context(), r.PathValue("id"), p)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, info)
-		return nil
+		return reply(w, http.StatusOK, info, err)
 	})
 	ls := func(w *respWriter, r *http.Request) error {
 		p := r.PathValue("path")
@@ -48,14 +44,10 @@ func (s *Server) fileRoutes(m sandboxes.Manager) {
 			return err
 		}
 		list, err := m.ListFiles(r.Context(), r.PathValue("id"), p)
-		if err != nil {
-			return err
-		}
 		if list == nil {
 			list = []sandboxes.FileInfo{}
 		}
-		writeJSON(w, http.StatusOK, FileList{Files: list})
-		return nil
+		return reply(w, http.StatusOK, FileList{Files: list}, err)
 	}
 	s.handle("GET /v1/sandboxes/{id}/ls", ls)
 	s.handle("GET /v1/sandboxes/{id}/ls/{path...}", ls)

@@ -21,11 +21,7 @@ func (s *Server) networkRoutes(m sandboxes.Manager) {
 			return err
 		}
 		info, err := nm.Network(r.Context(), r.PathValue("id"))
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, info)
-		return nil
+		return reply(w, http.StatusOK, info, err)
 	})
 	s.handle("POST /v1/sandboxes/{id}/network", func(w *respWriter, r *http.Request) error {
 		var req sandboxes.NetworkUpdate
@@ -37,10 +33,6 @@ func (s *Server) networkRoutes(m sandboxes.Manager) {
 			return err
 		}
 		info, err := nm.UpdateNetwork(r.Context(), r.PathValue("id"), req)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, info)
-		return nil
+		return reply(w, http.StatusOK, info, err)
 	})
 }

@@ -25,6 +25,16 @@ func (s *Server) handle(pattern string, h func(w *respWriter, r *http.Request) e
 	})
 }
 
+// reply is a route's answer: err if there is one, else v as JSON with
+// status.
+func reply(w *respWriter, status int, v any, err error) error {
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, v)
+	return nil
+}
+
 // routes registers the API's routes, one resource after another, each
 // by the register function in its resource's file (sandbox_routes.go,
 // exec_routes.go, ...); Options.Extra come after them (extra.go). The

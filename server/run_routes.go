@@ -19,10 +19,6 @@ func (s *Server) runRoutes(m sandboxes.Manager) {
 			return &sandboxes.Error{Code: sandboxes.CodeUnsupport, Message: "this server does not run workflows; use agentsandbox serve, or agentsandbox apply"}
 		}
 		info, err := runner.Run(r.Context(), req)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, info)
-		return nil
+		return reply(w, http.StatusOK, info, err)
 	})
 }

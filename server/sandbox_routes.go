@@ -16,11 +16,7 @@ func (s *Server) sandboxRoutes(m sandboxes.Manager) {
 			return err
 		}
 		info, err := m.Create(r.Context(), spec)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusCreated, info)
-		return nil
+		return reply(w, http.StatusCreated, info, err)
 	})
 	s.handle("GET /v1/sandboxes", func(w *respWriter, r *http.Request) error {
 		labels := map[string]string{}
@@ -32,30 +28,18 @@ func (s *Server) sandboxRoutes(m sandboxes.Manager) {
 			labels[k] = v
 		}
 		list, err := m.List(r.Context(), labels)
-		if err != nil {
-			return err
-		}
 		if list == nil {
 			list = []sandboxes.Info{}
 		}
-		writeJSON(w, http.StatusOK, SandboxList{Sandboxes: list})
-		return nil
+		return reply(w, http.StatusOK, SandboxList{Sandboxes: list}, err)
 	})
 	s.handle("GET /v1/sandboxes/{id}", func(w *respWriter, r *http.Request) error {
 		info, err := m.Get(r.Context(), r.PathValue("id"))
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, info)
-		return nil
+		return reply(w, http.StatusOK, info, err)
 	})
 	s.handle("DELETE /v1/sandboxes/{id}", func(w *respWriter, r *http.Request) error {
 		info, err := m.Kill(r.Context(), r.PathValue("id"))
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, info)
-		return nil
+		return reply(w, http.StatusOK, info, err)
 	})
 	s.handle("POST /v1/sandboxes/{id}/extend", func(w *respWriter, r *http.Request) error {
 		var req ExtendRequest
@@ -66,11 +50,7 @@ func (s *Server) sandboxRoutes(m sandboxes.Manager) {
 			return badRequest("extend: give ttl, idleTimeout or both, such as {\"ttl\": \"1h\"}")
 		}
 		info, err := m.Extend(r.Context(), r.PathValue("id"), req.TTL.D(), req.IdleTimeout.D())
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, info)
-		return nil
+		return reply(w, http.StatusOK, info, err)
 	})
 }
 

@@ -15,19 +15,11 @@ func (s *Server) snapshotRoutes(m sandboxes.Manager) {
 			return err
 		}
 		snap, err := m.Snapshot(r.Context(), r.PathValue("id"), req.Label)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusCreated, snap)
-		return nil
+		return reply(w, http.StatusCreated, snap, err)
 	})
 	s.handle("GET /v1/sandboxes/{id}/snapshots", func(w *respWriter, r *http.Request) error {
 		list, err := m.Snapshots(r.Context(), r.PathValue("id"))
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, SnapshotList{Snapshots: list})
-		return nil
+		return reply(w, http.StatusOK, SnapshotList{Snapshots: list}, err)
 	})
 	s.handle("POST /v1/sandboxes/{id}/restore", func(w *respWriter, r *http.Request) error {
 		var req sandboxes.RestoreRequest
@@ -38,11 +30,7 @@ func (s *Server) snapshotRoutes(m sandboxes.Manager) {
 			return badRequest("restore: give the snapshot's id, such as {\"snapshot\": \"sha256:...\"}")
 		}
 		info, err := m.Restore(r.Context(), r.PathValue("id"), req.Snapshot)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, info)
-		return nil
+		return reply(w, http.StatusOK, info, err)
 	})
 }
 
