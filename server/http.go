@@ -22,39 +22,6 @@ type ErrorBody struct {
 	Error sandboxes.Error `json:"error"`
 }
 
-// Health is the answer of GET /v1/health.
-type Health struct {
-	OK      bool   `json:"ok"`
-	Version string `json:"version"`
-}
-
-// SandboxList is the answer of GET /v1/sandboxes.
-type SandboxList struct {
-	Sandboxes []sandboxes.Info `json:"sandboxes"`
-}
-
-// SnapshotList is the answer of GET /v1/sandboxes/{id}/snapshots.
-type SnapshotList struct {
-	Snapshots []sandboxes.SnapshotInfo `json:"snapshots"`
-}
-
-// FileList is the answer of GET /v1/sandboxes/{id}/ls.
-type FileList struct {
-	Files []sandboxes.FileInfo `json:"files"`
-}
-
-// ExtendRequest is the body of POST /v1/sandboxes/{id}/extend; a zero
-// field leaves that limit as it is.
-type ExtendRequest struct {
-	TTL         sandboxes.Duration `json:"ttl,omitempty"`
-	IdleTimeout sandboxes.Duration `json:"idleTimeout,omitempty"`
-}
-
-// SignalRequest is the body of POST .../execs/{execId}/signal.
-type SignalRequest struct {
-	Signal string `json:"signal"`
-}
-
 // Status is the HTTP status of an error code.
 func Status(c sandboxes.Code) int {
 	switch c {
@@ -249,9 +216,6 @@ func uncleanPath(p string) bool {
 	}
 	return false
 }
-
-// public routes take no part in the per-identity limit.
-var public = map[string]bool{"GET /openapi.json": true, "GET /v1/health": true}
 
 // serve is the server's handler: recovery, drain accounting,
 // authentication (the identity goes on the request's context), the

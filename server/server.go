@@ -1,16 +1,3 @@
-// Package server is the REST server of `agentsandbox serve`: it serves a
-// sandboxes.Manager over HTTP on a unix socket (whose permissions decide
-// who may connect; the peer's uid is who it is) and on TCP to the
-// identities of an identities file (identities.go), each its own API
-// key, owner and limits.
-//
-// The routes, their bodies and their answers are described by the OpenAPI
-// 3.1 document openapi.json (served at GET /openapi.json, and checked
-// against the routes and the types of package sandboxes by the tests) and
-// by docs/api.md. Errors are JSON, {"error": {"code", "message",
-// "decision"}}, with the HTTP status of the code; exec output is NDJSON (or
-// Server-Sent Events), one sandboxes.ExecEvent per line, flushed as it
-// comes.
 package server
 
 import (
