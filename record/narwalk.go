@@ -63,9 +63,16 @@ type padCheck struct {
 	nLen   int     // bytes of lenBuf filled
 	data   uint64  // string bytes still to skip
 	pad    int     // padding bytes still to check
+	err    error   // the first bad padding byte, returned by every later Read
 }
 
+// Read passes on the bytes up to a bad padding byte and then fails, that
+// time and every time after: go-nix drops an error of the read that skips
+// padding, so the walk sees it at its next read.
 func (c *padCheck) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
 	n, err := c.r.Read(p)
 	for i := 0; i < n; i++ {
 		switch {
@@ -78,7 +85,9 @@ func (c *padCheck) Read(p []byte) (int, error) {
 			i += int(skip) - 1
 		case c.pad > 0:
 			if p[i] != 0 {
-				return i, fmt.Errorf("padding byte %#x at offset %d is not zero: not a NAR as Nix writes it", p[i], c.off+int64(i))
+				c.err = fmt.Errorf("padding byte %#x at offset %d is not zero: not a NAR as Nix writes it", p[i], c.off+int64(i))
+				c.off += int64(i)
+				return i, c.err
 			}
 			c.pad--
 		default:

@@ -175,6 +175,45 @@ func (s *Store) unpackNAR(h NarHash, dir RestoreDir, root string) error {
 	return w.finish()
 }
 
+// CheckNAR reads the stored NAR h through as unpackNAR does, writing
+// nothing: it fails, as a restore would, on a NAR that is damaged, cut
+// short, over MaxOutputEntries entries, not a well-formed tree, or not in
+// the form Nix writes (padChecked). The blob's hash is checked too.
+func (s *Store) CheckNAR(h NarHash) error {
+	w, err := s.openNARWalk(h)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	buf := make([]byte, 32<<10)
+	var tree narTree
+	for {
+		hdr, err := w.header()
+		if err != nil {
+			return err
+		}
+		if hdr == nil {
+			break
+		}
+		if err := tree.add(hdr); err != nil {
+			return fmt.Errorf("read nar %s: %w", h, err)
+		}
+		switch hdr.Type {
+		case nar.TypeRegular:
+			if _, err := io.CopyBuffer(io.Discard, w.nr, buf); err != nil {
+				return fmt.Errorf("read nar %s: %w", h, err)
+			}
+		case nar.TypeDirectory, nar.TypeSymlink:
+		default:
+			return fmt.Errorf("read nar %s: entry %q has unknown type %v", h, hdr.Path, hdr.Type)
+		}
+	}
+	if tree.n == 0 {
+		return fmt.Errorf("read nar %s: no entries", h)
+	}
+	return w.finish()
+}
+
 // narTree checks that a NAR's entries form a tree, each path once, in
 // order. go-nix's reader builds each entry's path with path.Join, which
 // cleans it, and refuses only names holding '/' or NUL: a name "" or "."

@@ -274,3 +274,54 @@ func TestOutputLayout(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyReadsOutputNARs: an output whose blob is intact but whose NAR
+// a restore refuses (padding that is not zero, a name twice) is a Problem
+// of records verify, naming the output, as it is an error of export.
+func TestVerifyReadsOutputNARs(t *testing.T) {
+	s := newStore(t)
+	good := nt.Dir(nt.E("a", nt.File("1")))
+	padded := good.Bytes()
+	// The padding of the first string, "nix-archive-1" (13 bytes, 3 of
+	// padding after it at offsets 21-23).
+	padded[22] = '@'
+	pd, _, err := s.PutBlob(bytes.NewReader(padded))
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice := putRawNAR(t, s, nt.Dir(nt.E("x", nt.File("1")), nt.E("x", nt.File("2"))))
+	r := sampleRecord(false)
+	r.Steps = r.Steps[:1]
+	st := &r.Steps[0]
+	st.Name = "build"
+	st.Outputs = []Output{{Path: "good", NarHash: putRawNAR(t, s, good)}, {Path: "padded", NarHash: NarHash(pd)}, {Path: "twice", NarHash: twice}}
+	id, err := s.Put(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := s.Verify(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"step build: output padded": "at offset 22 is not zero",
+		"step build: output twice":  `entry "/x" repeats`,
+	}
+	got := map[string]string{}
+	for _, p := range problems {
+		if strings.HasPrefix(p.What, "step build: output ") { // the sample's other blobs are not stored
+			got[p.What] = p.Err.Error()
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("output problems %v, want one for each of %v", got, want)
+	}
+	for what, w := range want {
+		if !strings.Contains(got[what], w) {
+			t.Errorf("%s: problem %q, want one with %q", what, got[what], w)
+		}
+	}
+	if err := restoreAt(t, s, NarHash(pd), filepath.Join(t.TempDir(), "out")); err == nil || !strings.Contains(err.Error(), "not zero") {
+		t.Errorf("restore of the padded NAR: %v", err)
+	}
+}

@@ -26,10 +26,12 @@ func (p Problem) String() string {
 // sandbox's entries with their blobs; a snapshot's tree is checked while
 // the store holds it (it is collected once no running sandbox needs it). It
 // returns one Problem per mismatch or missing blob, naming it; none means
-// the record and its blobs are exactly as written. Outputs that cannot all
-// be restored beneath one directory (OutputLayout: nested, at one path, or
-// leaving it) are a Problem each, wrapping ErrOutputLayout, with the record's
-// file as its Path. Zero digests mean "not present"
+// the record and its blobs are exactly as written. An output's NAR is read
+// through as a restore would read it (CheckNAR): one that is not a
+// well-formed tree, or not as Nix writes it, is a Problem. Outputs that
+// cannot all be restored beneath one directory (OutputLayout: nested, at
+// one path, or leaving it) are a Problem each, wrapping ErrOutputLayout,
+// with the record's file as its Path. Zero digests mean "not present"
 // (a step that never ran has no logs) and are not checked. Closures live in
 // the Nix store and are not checked here.
 //
@@ -44,18 +46,21 @@ func (s *Store) Verify(id ID) ([]Problem, error) {
 	}
 	var problems []Problem
 	checked := map[Digest]error{}
-	check := func(what string, d Digest, spelled string) {
+	checkWith := func(what string, d Digest, spelled string, verify func() error) {
 		if d.IsZero() {
 			return
 		}
 		err, seen := checked[d]
 		if !seen {
-			err = s.VerifyBlob(d)
+			err = verify()
 			checked[d] = err
 		}
 		if err != nil {
 			problems = append(problems, Problem{What: what, Digest: spelled, Path: s.BlobPath(d), Err: err})
 		}
+	}
+	check := func(what string, d Digest, spelled string) {
+		checkWith(what, d, spelled, func() error { return s.VerifyBlob(d) })
 	}
 	check("workflow file", r.Workflow.FileDigest, r.Workflow.FileDigest.String())
 	if r.Workflow.Lock != nil {
@@ -73,7 +78,9 @@ func (s *Store) Verify(id ID) ([]Problem, error) {
 			check(pre+"console log", *st.Logs.Console, st.Logs.Console.String())
 		}
 		for _, o := range st.Outputs {
-			check(pre+"output "+o.Path, o.NarHash.Blob(), o.NarHash.String())
+			// An output is a NAR that export must be able to restore:
+			// read it through as a restore would.
+			checkWith(pre+"output "+o.Path, o.NarHash.Blob(), o.NarHash.String(), func() error { return s.CheckNAR(o.NarHash) })
 		}
 		if st.Network != nil {
 			check(pre+"network log", st.Network.Log, st.Network.Log.String())
