@@ -38,9 +38,6 @@ import (
 //go:embed openapi.json
 var openAPI []byte
 
-// OpenAPI is the OpenAPI 3.1 document of the API.
-func OpenAPI() []byte { return append([]byte(nil), openAPI...) }
-
 // Defaults of Options.
 const (
 	DefaultMaxBodyBytes           = 1 << 20
