@@ -248,7 +248,7 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 	}
 	var tl net.Listener
 	if opts.Listen != "" {
-		if tl, err = net.Listen("tcp", opts.Listen); err != nil {
+		if tl, err = srv.ListenTCP(opts.Listen); err != nil {
 			ul.Close()
 			return errors.Join(fmt.Errorf("--listen: %w", err), mgr.Close(context.Background()))
 		}
