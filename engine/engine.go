@@ -29,6 +29,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -254,7 +255,7 @@ type run struct {
 
 // pinWorkflow stores the workflow file's bytes and fills rec.Workflow.
 func (r *run) pinWorkflow(rec *record.Record) error {
-	d, _, err := r.o.Store.PutBlob(bytesReader(r.o.WorkflowBytes))
+	d, _, err := r.o.Store.PutBlob(bytes.NewReader(r.o.WorkflowBytes))
 	if err != nil {
 		return fmt.Errorf("store workflow file: %w", err)
 	}
@@ -270,7 +271,7 @@ func (r *run) pinLock(rec *record.Record) error {
 		if len(lock) == 0 {
 			continue
 		}
-		d, _, err := r.o.Store.PutBlob(bytesReader(lock))
+		d, _, err := r.o.Store.PutBlob(bytes.NewReader(lock))
 		if err != nil {
 			return fmt.Errorf("store the flake lock: %w", err)
 		}
@@ -399,7 +400,7 @@ func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepRes
 	if err := atomicfile.Write(filepath.Join(dirs.Control, guest.JobFile), jobBytes, 0o600, atomicfile.Options{NoSync: true}); err != nil {
 		return vmrunner.StepResult{}, fmt.Errorf("write job: %w", err)
 	}
-	if sr.JobDigest, _, err = r.o.Store.PutBlob(bytesReader(jobBytes)); err != nil {
+	if sr.JobDigest, _, err = r.o.Store.PutBlob(bytes.NewReader(jobBytes)); err != nil {
 		return vmrunner.StepResult{}, fmt.Errorf("store job: %w", err)
 	}
 
@@ -615,11 +616,11 @@ func (r *run) putLog(ctl *jobfs.Root, name string, limit int64, optional bool) (
 		if optional {
 			return record.Digest{}, 0, nil
 		}
-		d, _, err := r.o.Store.PutBlob(bytesReader(nil))
+		d, _, err := r.o.Store.PutBlob(bytes.NewReader(nil))
 		return d, 0, err
 	}
 	if err != nil {
-		d, _, perr := r.o.Store.PutBlob(bytesReader(nil))
+		d, _, perr := r.o.Store.PutBlob(bytes.NewReader(nil))
 		if perr != nil {
 			return d, 0, fmt.Errorf("store log %s: %w", name, perr)
 		}
@@ -669,11 +670,11 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	}
 	w.buf = append(w.buf, p...)
 	for {
-		i := indexByte(w.buf, '\n')
+		i := bytes.IndexByte(w.buf, '\n')
 		if i < 0 {
 			break
 		}
-		w.fn(string(trimCR(w.buf[:i])))
+		w.fn(string(bytes.TrimSuffix(w.buf[:i], []byte("\r"))))
 		w.buf = w.buf[i+1:]
 	}
 	if len(w.buf) > 64<<10 { // a very long line without a newline
@@ -687,7 +688,7 @@ func (w *lineWriter) Flush() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.buf) > 0 {
-		w.fn(string(trimCR(w.buf)))
+		w.fn(string(bytes.TrimSuffix(w.buf, []byte("\r"))))
 		w.buf = nil
 	}
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -147,7 +148,7 @@ func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options
 	if err := atomicfile.WriteFile(filepath.Join(dirs.Control, guest.JobFile), jobBytes, 0o600); err != nil {
 		return nil, fmt.Errorf("write job: %w", err)
 	}
-	if sr.JobDigest, _, err = o.Store.PutBlob(bytesReader(jobBytes)); err != nil {
+	if sr.JobDigest, _, err = o.Store.PutBlob(bytes.NewReader(jobBytes)); err != nil {
 		return nil, fmt.Errorf("store job: %w", err)
 	}
 	sb.sr = sr

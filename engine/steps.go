@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -217,9 +216,3 @@ func encodeJob(j guest.Job) ([]byte, error) {
 	}
 	return append(b, '\n'), nil
 }
-
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
-
-func indexByte(b []byte, c byte) int { return bytes.IndexByte(b, c) }
-
-func trimCR(b []byte) []byte { return bytes.TrimSuffix(b, []byte("\r")) }

@@ -123,12 +123,6 @@ type Fetched struct {
 	Unpacked bool
 }
 
-// Fetch fetches in with DefaultLimits; see Fetcher.Fetch.
-func Fetch(ctx context.Context, in workflow.Input, baseDir string, store *record.Store, dst string) (Fetched, error) {
-	f := &Fetcher{Store: store, Limits: DefaultLimits}
-	return f.Fetch(ctx, in, baseDir, dst)
-}
-
 var (
 	hex64  = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	hex40  = regexp.MustCompile(`^[0-9a-f]{40}$`)

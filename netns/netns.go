@@ -174,18 +174,6 @@ func prepareRunDir() error {
 	return nil
 }
 
-// Open opens an existing named namespace.
-func Open(name string) (*NS, error) {
-	if err := validName(name); err != nil {
-		return nil, err
-	}
-	h, err := vnetns.GetFromPath(filepath.Join(RunDir, name))
-	if err != nil {
-		return nil, fmt.Errorf("open netns %q: %w", name, err)
-	}
-	return &NS{name: name, handle: h}, nil
-}
-
 // Handle returns a netlink handle whose sockets live in the namespace. It
 // does not switch any thread. The caller closes it. Note that a tuntap device
 // added through it lands in the calling thread's namespace: use CreateTap.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync"
 	"text/template"
@@ -297,9 +296,6 @@ func render(name string, data any) ([]byte, error) {
 var tmpl = sync.OnceValue(func() *template.Template {
 	return template.Must(template.New("nixgen").Option("missingkey=error").ParseFS(templates.FS, "*.tmpl"))
 })
-
-// itoa is for template data that is a number in Nix.
-func itoa(n int) string { return strconv.Itoa(n) }
 
 // guestConstants are the guest protocol's mount points and tags.
 var guestConstants = struct{ ControlTag, WorkspaceTag, ControlMount, WorkspaceMount string }{

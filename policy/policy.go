@@ -40,12 +40,6 @@ const (
 // together with every package below it (agentsandbox.team, ...).
 const Package = "agentsandbox"
 
-// DefaultPolicy returns the embedded default policy source.
-func DefaultPolicy() []byte { return bytes.Clone(defaultPolicy) }
-
-// DefaultData returns the embedded default policy data (JSON).
-func DefaultData() []byte { return bytes.Clone(defaultData) }
-
 // Options says which policy sources Load reads.
 type Options struct {
 	// Dirs are policy folders; every *.rego below them is loaded, except

@@ -25,9 +25,6 @@ import (
 //go:embed openapi.json
 var openAPI []byte
 
-// OpenAPI is the OpenAPI 3.1 document of the API.
-func OpenAPI() []byte { return append([]byte(nil), openAPI...) }
-
 // Defaults of Options.
 const (
 	DefaultMaxBodyBytes           = 1 << 20
@@ -146,7 +143,7 @@ func New(o Options) (*Server, error) {
 }
 
 // Handler is the server's handler. Requests that do not come through
-// ServeUnix (or Serve on a unix listener) need the bearer token.
+// Serve on a unix listener (ListenUnix) need the bearer token.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // connKey is the context key of a connection's peer.
@@ -210,27 +207,18 @@ func ListenUnix(path string) (net.Listener, error) {
 	return l, nil
 }
 
-// ServeUnix serves on a unix socket at path (see ListenUnix) until
-// Shutdown. Its requests need no token.
-func (s *Server) ServeUnix(path string) error {
-	l, err := ListenUnix(path)
-	if err != nil {
-		return err
+// ListenTCP listens on the TCP address addr for Serve. It refuses
+// before it binds when the server has no identity to authenticate a TCP
+// client with, as Serve would.
+func (s *Server) ListenTCP(addr string) (net.Listener, error) {
+	if len(s.ids) == 0 {
+		return nil, errNoIdentities(addr)
 	}
-	return s.Serve(l)
+	return net.Listen("tcp", addr)
 }
 
-// ServeTCP serves on addr until Shutdown; it refuses to start without an
-// identity to authenticate.
-func (s *Server) ServeTCP(addr string) error {
-	if len(s.ids) == 0 {
-		return errors.New("serve on TCP: no identities or token: TCP clients must authenticate; give identities or a token, or serve on a unix socket only")
-	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("serve on TCP: %w", err)
-	}
-	return s.Serve(l)
+func errNoIdentities(addr any) error {
+	return fmt.Errorf("serve on %v: no identities or token: TCP clients must authenticate; give identities or a token, or serve on a unix socket only", addr)
 }
 
 // Serve serves on l until Shutdown, then returns nil. Connections of a
@@ -239,7 +227,7 @@ func (s *Server) ServeTCP(addr string) error {
 func (s *Server) Serve(l net.Listener) error {
 	if _, ok := l.(*net.UnixListener); !ok && len(s.ids) == 0 {
 		l.Close()
-		return fmt.Errorf("serve on %s: no identities or token: TCP clients must authenticate; give identities or a token, or serve on a unix socket only", l.Addr())
+		return errNoIdentities(l.Addr())
 	}
 	hs := &http.Server{
 		Handler:           s.handler,

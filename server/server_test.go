@@ -552,8 +552,18 @@ func TestAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ServeTCP("127.0.0.1:0"); err == nil || !strings.Contains(err.Error(), "token") {
-		t.Errorf("ServeTCP without a token: %v", err)
+	if l, err := s.ListenTCP("127.0.0.1:0"); err == nil || !strings.Contains(err.Error(), "token") {
+		t.Errorf("ListenTCP without a token: %v", err)
+		if l != nil {
+			l.Close()
+		}
+	}
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Serve(tl); err == nil || !strings.Contains(err.Error(), "token") {
+		t.Errorf("Serve on TCP without a token: %v", err)
 	}
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
@@ -570,7 +580,7 @@ func TestAuth(t *testing.T) {
 func TestServeTCP(t *testing.T) {
 	fake := fakesandboxes.New(t.TempDir())
 	s, _ := New(Options{Manager: fake, Token: testToken})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := s.ListenTCP("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -613,16 +623,13 @@ func TestUnixSocket(t *testing.T) {
 	sock := filepath.Join(dir, "api.sock")
 	fake := fakesandboxes.New(t.TempDir())
 	s, _ := New(Options{Manager: fake}) // no token: the socket is the auth
-	done := make(chan error, 1)
-	go func() { done <- s.ServeUnix(sock) }()
-	var fi os.FileInfo
-	for i := 0; ; i++ {
-		var err error
-		if fi, err = os.Stat(sock); err == nil || i > 200 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	l, err := ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
 	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	fi, _ := os.Stat(sock)
 	if fi == nil || fi.Mode().Perm() != 0o600 || fi.Mode().Type() != os.ModeSocket {
 		t.Fatalf("socket: %v", fi)
 	}
@@ -646,7 +653,7 @@ func TestUnixSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
-		t.Errorf("ServeUnix: %v", err)
+		t.Errorf("Serve on the unix socket after Shutdown: %v", err)
 	}
 	if _, err := os.Lstat(sock); err == nil {
 		t.Error("the socket is still there after Shutdown")
@@ -663,7 +670,7 @@ func TestUnixSocket(t *testing.T) {
 	}
 	// A stale socket (nobody answers) is replaced.
 	stale := filepath.Join(dir, "stale.sock")
-	l, err := net.Listen("unix", stale)
+	l, err = net.Listen("unix", stale)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,12 +17,10 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/inputs"
-	"github.com/agentsandbox/agentsandbox/nixbuild"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/namespace"
-	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"github.com/agentsandbox/agentsandbox/vmrunner/vm"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -110,7 +108,7 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 		var list *workflow.ErrorList
 		if errors.As(err, &list) {
 			reportLoadError(stdio.Err, err)
-			return &silentError{code: ExitInvalid}
+			return reported(err)
 		}
 		return err
 	}
@@ -128,7 +126,7 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 	if opts.Parent != "" {
 		id, err := store.Resolve(opts.Parent)
 		if err != nil {
-			return withExit(ExitInvalid, fmt.Errorf("--parent: %w", err))
+			return invalid(fmt.Errorf("--parent: %w", err))
 		}
 		parent = &id
 	}
@@ -156,12 +154,12 @@ func (o applyOptions) check() (workflow.Isolation, error) {
 	switch iso {
 	case "", workflow.IsolationAuto, workflow.IsolationVM, workflow.IsolationNamespace:
 	default:
-		return "", usageErrorf("--isolation %q: want auto, vm or namespace", o.Isolation)
+		return "", invalidf("--isolation %q: want auto, vm or namespace", o.Isolation)
 	}
 	switch o.Accel {
 	case "", "auto", "kvm", "tcg":
 	default:
-		return "", usageErrorf("--accel %q (or $%s): want auto, kvm or tcg", o.Accel, accelEnv)
+		return "", invalidf("--accel %q (or $%s): want auto, kvm or tcg", o.Accel, accelEnv)
 	}
 	return iso, nil
 }
@@ -279,51 +277,33 @@ func applyWorkflow(ctx context.Context, stdio Stdio, opts applyOptions, r applyR
 		fmt.Fprintln(stdio.Out, res.ID)
 	}
 	if runErr != nil {
-		return res, applyExit(runErr)
+		return res, interrupted(runErr)
 	}
 	if !res.Succeeded() {
-		return res, &silentError{code: ExitStepFailed}
+		return res, reported(errStepFailed)
 	}
 	return res, nil
 }
 
-// applyExit sorts a stopped run's error into its exit status.
-func applyExit(err error) error {
-	var build *engine.BuildError
-	var denied *policy.DeniedError
-	var source *policy.SourceError
-	switch {
-	case errors.As(err, &denied):
-		return withExit(ExitDenied, err) // every message; warnings went first
-	case errors.As(err, &source):
-		return withExit(ExitInvalid, err) // a policy source that fails at evaluation
-	case errors.Is(err, seccomp.ErrNotRelaxable):
-		return withExit(ExitInvalid, err) // the policy data asks for it
-	case errors.Is(err, nixbuild.ErrBuildUsers), errors.Is(err, nixbuild.ErrNixTooOld):
-		return withExit(ExitInfra, err) // the host's Nix setup, not the workflow
-	case errors.As(err, &build):
-		return withExit(ExitBuild, err)
-	case errors.Is(err, nixbuild.ErrNixMissing), errors.Is(err, engine.ErrNoNix):
-		return withExit(ExitInfra, err)
-	case errors.Is(err, inputs.ErrChecksum), errors.Is(err, inputs.ErrOutside):
-		return withExit(ExitInvalid, err)
-	case errors.Is(err, context.Canceled):
-		return withExit(ExitInfra, fmt.Errorf("interrupted; everything the run created was removed: %w", err))
+// interrupted says what an interrupted run left: nothing.
+func interrupted(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("interrupted; everything the run created was removed: %w", err)
 	}
-	return withExit(ExitInfra, err)
+	return err
 }
 
 func openStore(dir string) (*record.Store, error) {
 	if dir == "" {
 		d, err := record.DefaultStateDir()
 		if err != nil {
-			return nil, withExit(ExitInfra, err)
+			return nil, err
 		}
 		dir = d
 	}
 	s, err := record.OpenStore(dir)
 	if err != nil {
-		return nil, withExit(ExitInfra, fmt.Errorf("open state directory %s: %w", dir, err))
+		return nil, fmt.Errorf("open state directory %s: %w", dir, err)
 	}
 	return s, nil
 }

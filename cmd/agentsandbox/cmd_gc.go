@@ -72,7 +72,7 @@ func runGC(_ context.Context, stdio Stdio, opts gcOptions) error {
 		fmt.Fprintln(stdio.Out, "nothing to remove")
 	}
 	if err != nil {
-		return withExit(ExitInfra, err)
+		return err
 	}
 	return nil
 }

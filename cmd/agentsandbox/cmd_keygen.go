@@ -47,38 +47,38 @@ The private key is not encrypted: keep it where only its owner can read it.` + e
 
 func runKeygen(_ context.Context, stdio Stdio, opts keygenOptions, _ []string) error {
 	if opts.Out == "" {
-		return usageErrorf("keygen: --out PREFIX is required")
+		return invalidf("keygen: --out PREFIX is required")
 	}
 	kt := provenance.KeyType(opts.Type)
 	if !slicesContains(provenance.KeyTypes, kt) {
-		return usageErrorf("keygen: --type %q: want ecdsa-p256 or ed25519", opts.Type)
+		return invalidf("keygen: --type %q: want ecdsa-p256 or ed25519", opts.Type)
 	}
 	keyPath, pubPath := opts.Out+".key", opts.Out+".pub"
 	for _, p := range []string{keyPath, pubPath} {
 		if _, err := os.Lstat(p); err == nil {
-			return usageErrorf("keygen: %s already exists; keygen never overwrites a key: choose another --out, or remove it yourself", p)
+			return invalidf("keygen: %s already exists; keygen never overwrites a key: choose another --out, or remove it yourself", p)
 		} else if !errors.Is(err, fs.ErrNotExist) {
-			return withExit(ExitInfra, fmt.Errorf("keygen: %w", err))
+			return fmt.Errorf("keygen: %w", err)
 		}
 	}
 	priv, pub, err := provenance.GenerateKey(kt)
 	if err != nil {
-		return withExit(ExitInfra, fmt.Errorf("keygen: %w", err))
+		return fmt.Errorf("keygen: %w", err)
 	}
 	pk, err := provenance.ParsePublicKey(pub)
 	if err != nil {
-		return withExit(ExitInfra, fmt.Errorf("keygen: %w", err))
+		return fmt.Errorf("keygen: %w", err)
 	}
 	id, err := provenance.KeyID(pk)
 	if err != nil {
-		return withExit(ExitInfra, fmt.Errorf("keygen: %w", err))
+		return fmt.Errorf("keygen: %w", err)
 	}
 	if err := writeNew(keyPath, priv, 0o600); err != nil {
-		return withExit(ExitInfra, fmt.Errorf("keygen: write private key: %w", err))
+		return fmt.Errorf("keygen: write private key: %w", err)
 	}
 	if err := writeNew(pubPath, pub, 0o644); err != nil {
 		os.Remove(keyPath) // no half pairs
-		return withExit(ExitInfra, fmt.Errorf("keygen: write public key: %w", err))
+		return fmt.Errorf("keygen: write public key: %w", err)
 	}
 	_, err = fmt.Fprintf(stdio.Out, "private key %s (keep it secret)\npublic key  %s\nkeyid       %s (%s)\n", keyPath, pubPath, id, kt)
 	return err

@@ -58,7 +58,7 @@ func runMCP(ctx context.Context, stdio Stdio, opts mcpOptions) error {
 		return err
 	}
 	if os.Geteuid() != 0 {
-		return withExit(ExitInfra, errors.New("mcp runs sandboxes as namespace jails, which needs root: have the MCP client run it as root (command sudo, args [\"agentsandbox\", \"mcp\"])"))
+		return errors.New("mcp runs sandboxes as namespace jails, which needs root: have the MCP client run it as root (command sudo, args [\"agentsandbox\", \"mcp\"])")
 	}
 	mgr, store, closeLog, err := newServeManager(ctx, stdio, opts.serveOptions)
 	if err != nil {
@@ -94,7 +94,7 @@ func serveMCP(ctx context.Context, stdio Stdio, s *sdk.Server, mgr sandboxes.Man
 		runErr = errors.Join(runErr, fmt.Errorf("stop the sandboxes: %w", err))
 	}
 	if runErr != nil && !errors.Is(runErr, io.EOF) {
-		return withExit(ExitInfra, fmt.Errorf("serve MCP on stdio: %w", runErr))
+		return fmt.Errorf("serve MCP on stdio: %w", runErr)
 	}
 	return nil
 }

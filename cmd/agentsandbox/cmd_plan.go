@@ -96,7 +96,7 @@ func runPlan(ctx context.Context, stdio Stdio, opts planOptions, args []string) 
 	w, _, err := loadWorkflow(path, opts.policy.parseOptions()...)
 	if err != nil {
 		reportLoadError(stdio.Err, err)
-		return &silentError{code: exitCode(err)}
+		return reported(err)
 	}
 	// What apply would run here: each step's isolation resolved, and
 	// admitted as such.
@@ -120,7 +120,7 @@ func runPlan(ctx context.Context, stdio Stdio, opts planOptions, args []string) 
 	}
 	envOf, err := planEnvironments(plan, &p)
 	if err != nil {
-		return withExit(ExitInvalid, fmt.Errorf("plan %s: %w", path, err))
+		return invalid(fmt.Errorf("plan %s: %w", path, err))
 	}
 	for _, wave := range plan.Waves() {
 		ws := make([]planStep, 0, len(wave))

@@ -70,10 +70,10 @@ func runPolicyTest(ctx context.Context, stdio Stdio, opts policyTestOptions, arg
 	}
 	sum, err := policy.Test(ctx, policy.Options{Dirs: dirs, DataFiles: opts.policy.DataFiles, NoDefault: opts.policy.NoDefault}, stdio.Out, opts.verbose)
 	if err != nil {
-		return policyExit(err)
+		return err
 	}
 	if !sum.OK() {
-		return &silentError{code: ExitStepFailed}
+		return reported(checkFailed(errors.New("a policy test failed"))) // the summary says which
 	}
 	return nil
 }
@@ -128,9 +128,9 @@ func runPolicyEval(ctx context.Context, stdio Stdio, opts policyEvalOptions, arg
 			for _, e := range list.Errors {
 				fmt.Fprintln(stdio.Err, e.Error())
 			}
-			return &silentError{code: ExitInvalid}
+			return reported(err)
 		}
-		return withExit(ExitInvalid, err)
+		return invalid(err)
 	}
 	host, err := evalHostFacts(ctx, opts.hostFacts)
 	if err != nil {
@@ -155,11 +155,11 @@ func runPolicyEval(ctx context.Context, stdio Stdio, opts policyEvalOptions, arg
 	}
 	e, err := policy.Load(ctx, opts.policy.options(path))
 	if err != nil {
-		return policyExit(err)
+		return err
 	}
 	d, err := e.Eval(ctx, w, host)
 	if err != nil {
-		return policyExit(err)
+		return err
 	}
 	out, err := json.MarshalIndent(d, "", "  ")
 	if err != nil {
@@ -169,7 +169,7 @@ func runPolicyEval(ctx context.Context, stdio Stdio, opts policyEvalOptions, arg
 		return err
 	}
 	if !d.Allowed() {
-		return &silentError{code: ExitDenied}
+		return reported(admissionError(d)) // the decision printed says why
 	}
 	return nil
 }
@@ -181,13 +181,13 @@ func evalHostFacts(ctx context.Context, file string) (policy.Host, error) {
 	}
 	raw, err := os.ReadFile(file)
 	if err != nil {
-		return policy.Host{}, usageErrorf("--host-facts: %w", err)
+		return policy.Host{}, invalidf("--host-facts: %w", err)
 	}
 	var h policy.Host
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&h); err != nil {
-		return policy.Host{}, usageErrorf("--host-facts %s: %w; want {\"isolation\": [...], \"hypervisors\": [...], \"kvm\": bool, \"nix\": bool, \"uid\": int, \"capacity\": {\"cpus\": int, \"memoryBytes\": int, \"diskBytes\": int, \"diskPath\": string} (optional: serve's)}", file, err)
+		return policy.Host{}, invalidf("--host-facts %s: %w; want {\"isolation\": [...], \"hypervisors\": [...], \"kvm\": bool, \"nix\": bool, \"uid\": int, \"capacity\": {\"cpus\": int, \"memoryBytes\": int, \"diskBytes\": int, \"diskPath\": string} (optional: serve's)}", file, err)
 	}
 	return h, nil
 }

@@ -83,7 +83,7 @@ the files and NAR hashes of the record's outputs in the store now.` + exitStatus
 			// Checked here, not with cobra's MarkFlagRequired, whose error
 			// bypasses the usage exit status.
 			if opts.To == "" {
-				return usageErrorf("records export: --to DIR is required: the directory to restore the outputs into")
+				return invalidf("records export: --to DIR is required: the directory to restore the outputs into")
 			}
 			return runRecordsExport(cmd.Context(), stdio, opts, args)
 		},
@@ -108,7 +108,7 @@ func resolveRecord(opts recordsOptions, prefix string) (*record.Store, record.ID
 	}
 	id, err := s.Resolve(prefix)
 	if err != nil {
-		return nil, id, withExit(ExitInvalid, err)
+		return nil, id, invalid(err)
 	}
 	return s, id, nil
 }
@@ -143,17 +143,17 @@ func runRecordsShow(_ context.Context, stdio Stdio, opts recordsOptions, args []
 	if opts.JSON {
 		raw, err := s.GetRaw(id)
 		if err != nil {
-			return withExit(ExitStepFailed, err)
+			return checkFailed(err)
 		}
 		if _, err := s.Get(id); err != nil { // verify before printing
-			return withExit(ExitStepFailed, err)
+			return checkFailed(err)
 		}
 		_, err = fmt.Fprintf(stdio.Out, "%s\n", raw)
 		return err
 	}
 	r, err := s.Get(id)
 	if err != nil {
-		return withExit(ExitStepFailed, err)
+		return checkFailed(err)
 	}
 	out := stdio.Out
 	fmt.Fprintf(out, "record    %s\n", id)
@@ -224,7 +224,7 @@ func runRecordsShow(_ context.Context, stdio Stdio, opts recordsOptions, args []
 
 func runRecordsVerify(ctx context.Context, stdio Stdio, opts recordsOptions, args []string) error {
 	if (opts.Attestation == "") != (opts.Key == "") {
-		return usageErrorf("records verify: --attestation FILE and --key PUB go together")
+		return invalidf("records verify: --attestation FILE and --key PUB go together")
 	}
 	s, id, err := resolveRecord(opts, args[0])
 	if err != nil {
@@ -250,7 +250,7 @@ func runRecordsVerify(ctx context.Context, stdio Stdio, opts recordsOptions, arg
 		n += bad
 	}
 	if n > 0 {
-		return withExit(ExitStepFailed, fmt.Errorf("record %s: %d problems", id, n))
+		return checkFailed(fmt.Errorf("record %s: %d problems", id, n))
 	}
 	_, err = fmt.Fprintf(stdio.Out, "%s: ok\n", id)
 	return err
@@ -284,7 +284,7 @@ func runRecordsExport(_ context.Context, stdio Stdio, opts recordsOptions, args 
 	}
 	if errors.Is(err, record.ErrOutputLayout) || errors.Is(err, record.ErrHashMismatch) || errors.Is(err, jobfs.ErrSymlink) {
 		// The store holds what no honest run wrote: a check failed.
-		return withExit(ExitStepFailed, err)
+		return checkFailed(err)
 	}
 	return err
 }

@@ -61,15 +61,15 @@ checks it, and so does cosign verify-blob-attestation --type slsaprovenance1.` +
 
 func runRecordsAttest(ctx context.Context, stdio Stdio, opts recordsAttestOptions, args []string) error {
 	if opts.Key == "" {
-		return usageErrorf("records attest: --key KEY is required (agentsandbox keygen makes one)")
+		return invalidf("records attest: --key KEY is required (agentsandbox keygen makes one)")
 	}
 	keyPEM, err := os.ReadFile(opts.Key)
 	if err != nil {
-		return withExit(ExitInvalid, fmt.Errorf("--key: %w", err))
+		return invalid(fmt.Errorf("--key: %w", err))
 	}
 	key, err := provenance.ParsePrivateKey(keyPEM)
 	if err != nil {
-		return withExit(ExitInvalid, fmt.Errorf("--key %s: %w", opts.Key, err))
+		return invalid(fmt.Errorf("--key %s: %w", opts.Key, err))
 	}
 	s, id, err := resolveRecord(opts.recordsOptions, args[0])
 	if err != nil {
@@ -77,17 +77,17 @@ func runRecordsAttest(ctx context.Context, stdio Stdio, opts recordsAttestOption
 	}
 	r, err := s.Get(id)
 	if err != nil {
-		return withExit(ExitStepFailed, fmt.Errorf("attest %s: %w", id, err))
+		return checkFailed(fmt.Errorf("attest %s: %w", id, err))
 	}
 	if r.Sandbox != nil {
-		return withExit(ExitInvalid, fmt.Errorf("attest %s: the record of a long-lived sandbox (agentsandbox serve) has no workflow or outputs to attest; only apply's records can be attested", id))
+		return invalid(fmt.Errorf("attest %s: the record of a long-lived sandbox (agentsandbox serve) has no workflow or outputs to attest; only apply's records can be attested", id))
 	}
 	if r.Status != record.StatusSucceeded {
 		fmt.Fprintf(stdio.Err, "warning: run %s ended %s; the attestation says so (the record byproduct's status) and covers the outputs it left\n", id, r.Status)
 	}
 	w, warning, err := attestWorkflow(s, r, opts.Source)
 	if err != nil {
-		return withExit(ExitStepFailed, fmt.Errorf("attest %s: %w", id, err))
+		return checkFailed(fmt.Errorf("attest %s: %w", id, err))
 	}
 	if warning != "" {
 		fmt.Fprintf(stdio.Err, "warning: %s\n", warning)
@@ -95,19 +95,19 @@ func runRecordsAttest(ctx context.Context, stdio Stdio, opts recordsAttestOption
 	st, err := provenance.Build(s, id, w)
 	switch {
 	case errors.Is(err, provenance.ErrNoSubjects):
-		return withExit(ExitInvalid, err)
+		return invalid(err)
 	case errors.Is(err, record.ErrHashMismatch), errors.Is(err, record.ErrBlobMissing):
-		return withExit(ExitStepFailed, fmt.Errorf("%w (agentsandbox records verify %s names every damaged blob)", err, id))
+		return checkFailed(fmt.Errorf("%w (agentsandbox records verify %s names every damaged blob)", err, id))
 	case err != nil:
-		return withExit(ExitInfra, err)
+		return err
 	}
 	env, err := provenance.Sign(ctx, st, key)
 	if err != nil {
-		return withExit(ExitInfra, fmt.Errorf("attest %s: %w", id, err))
+		return fmt.Errorf("attest %s: %w", id, err)
 	}
 	b, err := provenance.EncodeEnvelope(env)
 	if err != nil {
-		return withExit(ExitInfra, fmt.Errorf("attest %s: %w", id, err))
+		return fmt.Errorf("attest %s: %w", id, err)
 	}
 	if opts.Out == "-" {
 		_, err := stdio.Out.Write(b)
@@ -118,7 +118,7 @@ func runRecordsAttest(ctx context.Context, stdio Stdio, opts recordsAttestOption
 		out = id.String() + ".intoto.json"
 	}
 	if err := atomicfile.WriteFile(out, b, 0o644); err != nil {
-		return withExit(ExitInfra, fmt.Errorf("attest %s: write %s: %w", id, out, err))
+		return fmt.Errorf("attest %s: write %s: %w", id, out, err)
 	}
 	_, err = fmt.Fprintf(stdio.Out, "%s: %d subjects, signed by keyid %s\n%s\n", id, len(st.GetSubject()), env.Signatures[0].KeyID, out)
 	return err
@@ -172,19 +172,19 @@ func firstLine(s string) string {
 // returned.
 func verifyAttestation(ctx context.Context, stdio Stdio, s *record.Store, id record.ID, opts recordsOptions) (int, error) {
 	if opts.Attestation == "" || opts.Key == "" {
-		return 0, usageErrorf("records verify: --attestation FILE and --key PUB go together")
+		return 0, invalidf("records verify: --attestation FILE and --key PUB go together")
 	}
 	pubPEM, err := os.ReadFile(opts.Key)
 	if err != nil {
-		return 0, withExit(ExitInvalid, fmt.Errorf("--key: %w", err))
+		return 0, invalid(fmt.Errorf("--key: %w", err))
 	}
 	pub, err := provenance.ParsePublicKey(pubPEM)
 	if err != nil {
-		return 0, withExit(ExitInvalid, fmt.Errorf("--key %s: %w", opts.Key, err))
+		return 0, invalid(fmt.Errorf("--key %s: %w", opts.Key, err))
 	}
 	f, err := os.Open(opts.Attestation)
 	if err != nil {
-		return 0, withExit(ExitInvalid, fmt.Errorf("--attestation: %w", err))
+		return 0, invalid(fmt.Errorf("--attestation: %w", err))
 	}
 	defer f.Close()
 	problems := provenance.Verify(ctx, s, id, f, pub)

@@ -53,11 +53,11 @@ func runRecordsDiff(_ context.Context, stdio Stdio, opts recordsDiffOptions, arg
 	}
 	b, err := s.Resolve(args[1])
 	if err != nil {
-		return withExit(ExitInvalid, err)
+		return invalid(err)
 	}
 	d, err := s.DiffRecords(a, b)
 	if errors.Is(err, record.ErrHashMismatch) {
-		return withExit(ExitStepFailed, err)
+		return checkFailed(err)
 	}
 	if err != nil {
 		return err
@@ -73,7 +73,7 @@ func runRecordsDiff(_ context.Context, stdio Stdio, opts recordsDiffOptions, arg
 		return err
 	}
 	if opts.exitCode && !d.Identical {
-		return &silentError{code: ExitStepFailed}
+		return reported(checkFailed(errors.New("the runs differ")))
 	}
 	return nil
 }

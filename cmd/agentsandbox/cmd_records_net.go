@@ -52,7 +52,7 @@ func runRecordsNet(_ context.Context, stdio Stdio, opts recordsNetOptions, args 
 	}
 	r, err := s.Get(id)
 	if err != nil {
-		return withExit(ExitStepFailed, err)
+		return checkFailed(err)
 	}
 	found := false
 	for _, st := range r.Steps {
@@ -65,7 +65,7 @@ func runRecordsNet(_ context.Context, stdio Stdio, opts recordsNetOptions, args 
 		found = true
 		raw, err := readBlob(s, st.Network.Log)
 		if err != nil {
-			return withExit(ExitStepFailed, fmt.Errorf("step %q's network log: %w", st.Name, err))
+			return checkFailed(fmt.Errorf("step %q's network log: %w", st.Name, err))
 		}
 		if opts.JSON && !opts.denied {
 			if _, err := stdio.Out.Write(raw); err != nil {
@@ -75,7 +75,7 @@ func runRecordsNet(_ context.Context, stdio Stdio, opts recordsNetOptions, args 
 		}
 		lines, err := egress.ReadLog(strings.NewReader(string(raw)))
 		if err != nil {
-			return withExit(ExitStepFailed, fmt.Errorf("step %q: %w", st.Name, err))
+			return checkFailed(fmt.Errorf("step %q: %w", st.Name, err))
 		}
 		if err := printNetLog(stdio.Out, st, lines, opts); err != nil {
 			return err
@@ -83,7 +83,7 @@ func runRecordsNet(_ context.Context, stdio Stdio, opts recordsNetOptions, args 
 	}
 	if !found {
 		if opts.step != "" {
-			return withExit(ExitInvalid, fmt.Errorf("record %s has no step %q with network egress", id, opts.step))
+			return invalid(fmt.Errorf("record %s has no step %q with network egress", id, opts.step))
 		}
 		_, err := fmt.Fprintf(stdio.Out, "record %s: no step had network egress (loopback only)\n", id)
 		return err

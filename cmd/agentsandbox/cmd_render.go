@@ -48,16 +48,16 @@ files it generates and leaves anything else in DIR alone.` + exitStatusHelp,
 
 func runRender(_ context.Context, stdio Stdio, opts renderOptions, args []string) error {
 	if opts.out == "" {
-		return usageErrorf("render: -o DIR is required: say where to write the flake")
+		return invalidf("render: -o DIR is required: say where to write the flake")
 	}
 	w, _, err := loadWorkflow(args[0])
 	if err != nil {
 		reportLoadError(stdio.Err, err)
-		return &silentError{code: exitCode(err)}
+		return reported(err)
 	}
 	files, err := nixgen.Generate(w, nixgen.Options{ProjectFlake: opts.projectFlake, System: opts.system})
 	if err != nil {
-		return withExit(ExitInvalid, fmt.Errorf("render %s: %w", args[0], err))
+		return invalid(fmt.Errorf("render %s: %w", args[0], err))
 	}
 	if err := files.WriteDir(opts.out); err != nil {
 		return fmt.Errorf("render %s: %w", args[0], err)

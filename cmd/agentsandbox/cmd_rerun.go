@@ -87,18 +87,18 @@ func runRerun(ctx context.Context, stdio Stdio, opts rerunOptions, args []string
 	}
 	id, err := store.Resolve(args[0])
 	if err != nil {
-		return withExit(ExitInvalid, fmt.Errorf("rerun: %w", err))
+		return invalid(fmt.Errorf("rerun: %w", err))
 	}
 	old, err := store.Get(id)
 	if err != nil {
-		return withExit(ExitInfra, fmt.Errorf("rerun %s: %w", id, err))
+		return fmt.Errorf("rerun %s: %w", id, err)
 	}
 	if old.Sandbox != nil {
-		return withExit(ExitInvalid, fmt.Errorf("rerun %s: the record of a long-lived sandbox (agentsandbox serve) has no workflow to run; only apply's records can be rerun", id))
+		return invalid(fmt.Errorf("rerun %s: the record of a long-lived sandbox (agentsandbox serve) has no workflow to run; only apply's records can be rerun", id))
 	}
 	raw, err := readBlob(store, old.Workflow.FileDigest)
 	if err != nil {
-		return withExit(ExitInfra, fmt.Errorf("rerun %s: read the recorded workflow file: %w", id, err))
+		return fmt.Errorf("rerun %s: read the recorded workflow file: %w", id, err)
 	}
 
 	// The file goes to a private directory of its own: the lock file and
@@ -106,7 +106,7 @@ func runRerun(ctx context.Context, stdio Stdio, opts rerunOptions, args []string
 	// unless --lock and --dir say where they are.
 	tmp, err := store.TempDir("rerun-")
 	if err != nil {
-		return withExit(ExitInfra, fmt.Errorf("rerun %s: %w", id, err))
+		return fmt.Errorf("rerun %s: %w", id, err)
 	}
 	defer os.RemoveAll(tmp)
 	name := old.Workflow.Name
@@ -115,7 +115,7 @@ func runRerun(ctx context.Context, stdio Stdio, opts rerunOptions, args []string
 	}
 	path := filepath.Join(tmp, name+".yaml")
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		return withExit(ExitInfra, fmt.Errorf("rerun %s: write the workflow file: %w", id, err))
+		return fmt.Errorf("rerun %s: write the workflow file: %w", id, err)
 	}
 	// The flake inputs are pinned by --lock, else by the lock the record
 	// kept (records since the lock became part of them).
@@ -123,22 +123,22 @@ func runRerun(ctx context.Context, stdio Stdio, opts rerunOptions, args []string
 	switch {
 	case opts.Lock != "":
 		if lock, err = os.ReadFile(opts.Lock); err != nil {
-			return withExit(ExitInvalid, fmt.Errorf("--lock: %w", err))
+			return invalid(fmt.Errorf("--lock: %w", err))
 		}
 	case old.Workflow.Lock != nil:
 		if lock, err = readBlob(store, *old.Workflow.Lock); err != nil {
-			return withExit(ExitInfra, fmt.Errorf("rerun %s: read the recorded flake lock: %w", id, err))
+			return fmt.Errorf("rerun %s: read the recorded flake lock: %w", id, err)
 		}
 	}
 	if lock != nil {
 		if err := os.WriteFile(path+".lock", lock, 0o600); err != nil {
-			return withExit(ExitInfra, fmt.Errorf("rerun %s: write the lock file: %w", id, err))
+			return fmt.Errorf("rerun %s: write the lock file: %w", id, err)
 		}
 	}
 	w, err := workflow.Parse(path, raw, opts.Apply.Policy.parseOptions()...)
 	if err != nil {
 		reportLoadError(stdio.Err, err)
-		return &silentError{code: ExitInvalid}
+		return reported(invalid(err))
 	}
 	warnf := func(format string, args ...any) { fmt.Fprintf(stdio.Err, "warning: "+format+"\n", args...) }
 	if h := record.Digest(w.Hash()); h != old.Workflow.CanonicalHash {
@@ -165,7 +165,7 @@ func runRerun(ctx context.Context, stdio Stdio, opts rerunOptions, args []string
 	if cur, was := pol.BundleDigest().String(), recordedBundle(old); cur != was {
 		msg := fmt.Sprintf("the policy bundle is %s, the record was admitted under %s: the admission may differ", cur, was)
 		if opts.RequireSamePolicy {
-			return withExit(ExitInvalid, fmt.Errorf("--require-same-policy: %s", msg))
+			return invalid(fmt.Errorf("--require-same-policy: %s", msg))
 		}
 		warnf("%s", msg)
 	}
@@ -191,13 +191,13 @@ func runRerun(ctx context.Context, stdio Stdio, opts rerunOptions, args []string
 		},
 	})
 	if errors.Is(runErr, errInputGone) {
-		return withExit(ExitInvalid, runErr)
+		return runErr // before the comparison, which has nothing to compare
 	}
 	if cmpErr != nil {
-		return withExit(ExitInfra, fmt.Errorf("compare with %s: %w", id, cmpErr))
+		return fmt.Errorf("compare with %s: %w", id, cmpErr)
 	}
 	if cmp != nil && len(cmp.Failures) > 0 {
-		return withExit(ExitStepFailed, fmt.Errorf("not reproduced: %s", strings.Join(cmp.Failures, "; ")))
+		return checkFailed(fmt.Errorf("not reproduced: %s", strings.Join(cmp.Failures, "; ")))
 	}
 	return runErr
 }
@@ -238,7 +238,7 @@ func rerunIsolation(w *workflow.Workflow, old *record.Record, flag workflow.Isol
 	}
 	plan, err := engine.Resolve(w, flag, host.Policy())
 	if err != nil {
-		return "", withExit(ExitInvalid, err)
+		return "", invalid(err)
 	}
 	var moved []string
 	for _, s := range plan.Steps {

@@ -139,7 +139,7 @@ func keyValues(flag string, kvs []string) (map[string]string, error) {
 	for _, kv := range kvs {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return nil, usageErrorf("--%s %q: want KEY=VALUE", flag, kv)
+			return nil, invalidf("--%s %q: want KEY=VALUE", flag, kv)
 		}
 		m[k] = v
 	}
@@ -177,7 +177,7 @@ func runSandboxCreate(ctx context.Context, stdio Stdio, opts sandboxCreateOption
 	}
 	var info sandboxes.Info
 	if err := c.json(ctx, "POST", "/v1/sandboxes", nil, spec, &info); err != nil {
-		return exitFor(fmt.Errorf("create a sandbox: %w", err))
+		return fmt.Errorf("create a sandbox: %w", err)
 	}
 	fmt.Fprintln(stdio.Out, info.ID)
 	return nil
@@ -213,7 +213,7 @@ func runSandboxLs(ctx context.Context, stdio Stdio, conn connOptions, labels []s
 	}
 	var list server.SandboxList
 	if err := c.json(ctx, "GET", "/v1/sandboxes", url.Values{"label": labels}, nil, &list); err != nil {
-		return exitFor(fmt.Errorf("list sandboxes: %w", err))
+		return fmt.Errorf("list sandboxes: %w", err)
 	}
 	tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tISOLATION\tCREATED\tEXPIRES\tLABELS\tRECORD")
@@ -262,7 +262,7 @@ been, and the exit status is 5.` + sandboxExitHelp,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 {
-				return usageErrorf("sandbox exec: put -- between the sandbox id and the command: agentsandbox sandbox exec ID -- COMMAND [ARG...]")
+				return invalidf("sandbox exec: put -- between the sandbox id and the command: agentsandbox sandbox exec ID -- COMMAND [ARG...]")
 			}
 			return runSandboxExec(cmd.Context(), stdio, opts, args[0], args[1:])
 		},
@@ -286,13 +286,13 @@ func runSandboxExec(ctx context.Context, stdio Stdio, opts sandboxExecOptions, i
 		// The request, stdin in it, is JSON of at most 1 MiB.
 		b, err := io.ReadAll(io.LimitReader(stdio.In, maxExecStdin+1))
 		if err != nil {
-			return withExit(ExitInfra, fmt.Errorf("read stdin: %w", err))
+			return fmt.Errorf("read stdin: %w", err)
 		}
 		if len(b) > maxExecStdin {
-			return usageErrorf("-i: stdin is over %d KiB, more than one request carries; copy it in with sandbox cp and redirect from the file", maxExecStdin>>10)
+			return invalidf("-i: stdin is over %d KiB, more than one request carries; copy it in with sandbox cp and redirect from the file", maxExecStdin>>10)
 		}
 		if !utf8.Valid(b) {
-			return usageErrorf("-i: stdin is not UTF-8 text; copy binary input in with sandbox cp and redirect from the file")
+			return invalidf("-i: stdin is not UTF-8 text; copy binary input in with sandbox cp and redirect from the file")
 		}
 		s := string(b)
 		req.Stdin = &s
@@ -307,7 +307,7 @@ func runSandboxExec(ctx context.Context, stdio Stdio, opts sandboxExecOptions, i
 	}
 	resp, err := c.do(ctx, "POST", sandboxPath(id, "exec"), nil, strings.NewReader(string(body)), "application/json")
 	if err != nil {
-		return exitFor(fmt.Errorf("exec in %s: %w", id, err))
+		return fmt.Errorf("exec in %s: %w", id, err)
 	}
 	defer resp.Body.Close()
 	// NDJSON: one event a line, written out as it comes. Each stream's
@@ -324,7 +324,7 @@ func runSandboxExec(ctx context.Context, stdio Stdio, opts sandboxExecOptions, i
 		}
 		var ev sandboxes.ExecEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return withExit(ExitInfra, fmt.Errorf("exec in %s: the server sent a line that is not an event: %w", id, err))
+			return fmt.Errorf("exec in %s: the server sent a line that is not an event: %w", id, err)
 		}
 		switch ev.Type {
 		case sandboxes.EventStdout, sandboxes.EventStderr:
@@ -354,21 +354,21 @@ func runSandboxExec(ctx context.Context, stdio Stdio, opts sandboxExecOptions, i
 				next[i] = ev.Next
 			}
 		case sandboxes.EventError:
-			return withExit(ExitInfra, fmt.Errorf("exec in %s: %s", id, ev.Error))
+			return fmt.Errorf("exec in %s: %s", id, ev.Error)
 		case sandboxes.EventExit:
 			if len(lost) > 0 {
 				if ev.Exit != nil {
 					fmt.Fprintf(stdio.Err, "agentsandbox: the command's exit status was %d\n", ev.Exit.ExitCode)
 				}
-				return withExit(ExitInfra, fmt.Errorf("exec in %s: output was lost: %s; the server keeps the first part of each stream (serve's log limit), the rest reaches only a reader that keeps up", id, strings.Join(lost, ", ")))
+				return fmt.Errorf("exec in %s: output was lost: %s; the server keeps the first part of each stream (serve's log limit), the rest reaches only a reader that keeps up", id, strings.Join(lost, ", "))
 			}
 			return execExit(stdio, ev.Exit)
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return withExit(ExitInfra, fmt.Errorf("exec in %s: the stream broke off: %w", id, err))
+		return fmt.Errorf("exec in %s: the stream broke off: %w", id, err)
 	}
-	return withExit(ExitInfra, fmt.Errorf("exec in %s: the stream ended without the command's exit; see agentsandbox sandbox ls", id))
+	return fmt.Errorf("exec in %s: the stream ended without the command's exit; see agentsandbox sandbox ls", id)
 }
 
 // execGap says on stderr, where they would have been, that the bytes
@@ -383,7 +383,7 @@ func execGap(stdio Stdio, stream string, from, to int64) string {
 // or 128+n for signal n, as a shell does.
 func execExit(stdio Stdio, st *sandboxes.ExitStatus) error {
 	if st == nil {
-		return withExit(ExitInfra, errors.New("the server sent an exit without a status"))
+		return errors.New("the server sent an exit without a status")
 	}
 	if st.TimedOut {
 		fmt.Fprintf(stdio.Err, "agentsandbox: the command timed out after %v and was killed\n", time.Duration(st.DurationMS)*time.Millisecond)
@@ -406,7 +406,7 @@ func execExit(stdio Stdio, st *sandboxes.ExitStatus) error {
 	if code < 0 || code > 255 {
 		code = ExitStepFailed
 	}
-	return &silentError{code: code}
+	return reported(&commandExit{code})
 }
 
 func newSandboxCpCmd(stdio Stdio) *cobra.Command {
@@ -449,14 +449,14 @@ func runSandboxCp(ctx context.Context, stdio Stdio, conn connOptions, mode, src,
 	srcID, srcPath, srcRemote := remoteArg(src)
 	dstID, dstPath, dstRemote := remoteArg(dst)
 	if srcRemote == dstRemote {
-		return usageErrorf("sandbox cp: give one side as ID:PATH and the other as a local path, such as: sandbox cp main.py %s:main.py", "ID")
+		return invalidf("sandbox cp: give one side as ID:PATH and the other as a local path, such as: sandbox cp main.py %s:main.py", "ID")
 	}
 	if mode != "" {
 		if _, err := strconv.ParseUint(mode, 8, 32); err != nil {
-			return usageErrorf("--mode %q: want octal permission bits, such as 0644", mode)
+			return invalidf("--mode %q: want octal permission bits, such as 0644", mode)
 		}
 		if srcRemote {
-			return usageErrorf("--mode applies to a file copied into a sandbox")
+			return invalidf("--mode applies to a file copied into a sandbox")
 		}
 	}
 	c, err := conn.client()
@@ -474,15 +474,15 @@ func cpIn(ctx context.Context, stdio Stdio, c *apiClient, mode, local, id, p str
 	if local != "-" {
 		f, err := os.Open(local)
 		if err != nil {
-			return usageErrorf("sandbox cp: %v", err)
+			return invalidf("sandbox cp: %v", err)
 		}
 		defer f.Close()
 		fi, err := f.Stat()
 		if err != nil {
-			return usageErrorf("sandbox cp: %v", err)
+			return invalidf("sandbox cp: %v", err)
 		}
 		if !fi.Mode().IsRegular() {
-			return usageErrorf("sandbox cp: %s is not a regular file: cp copies one file (for a directory, tar it, copy the tarball and untar it with sandbox exec)", local)
+			return invalidf("sandbox cp: %s is not a regular file: cp copies one file (for a directory, tar it, copy the tarball and untar it with sandbox exec)", local)
 		}
 		if mode == "" {
 			mode = fmt.Sprintf("%04o", fi.Mode().Perm())
@@ -493,7 +493,7 @@ func cpIn(ctx context.Context, stdio Stdio, c *apiClient, mode, local, id, p str
 		}
 	}
 	if p == "" {
-		return usageErrorf("sandbox cp: name the file in the sandbox: - %s:PATH", id)
+		return invalidf("sandbox cp: name the file in the sandbox: - %s:PATH", id)
 	}
 	var q url.Values
 	if mode != "" {
@@ -501,31 +501,31 @@ func cpIn(ctx context.Context, stdio Stdio, c *apiClient, mode, local, id, p str
 	}
 	resp, err := c.do(ctx, "PUT", sandboxPath(id, "files", escapePath(p)), q, r, "application/octet-stream")
 	if err != nil {
-		return exitFor(fmt.Errorf("copy %s to %s:%s: %w", local, id, p, err))
+		return fmt.Errorf("copy %s to %s:%s: %w", local, id, p, err)
 	}
 	return resp.Body.Close()
 }
 
 func cpOut(ctx context.Context, stdio Stdio, c *apiClient, id, p, local string) error {
 	if p == "" {
-		return usageErrorf("sandbox cp: name the file in the sandbox: %s:PATH", id)
+		return invalidf("sandbox cp: name the file in the sandbox: %s:PATH", id)
 	}
 	resp, err := c.do(ctx, "GET", sandboxPath(id, "files", escapePath(p)), nil, nil, "")
 	if err != nil {
-		return exitFor(fmt.Errorf("copy %s:%s: %w", id, p, err))
+		return fmt.Errorf("copy %s:%s: %w", id, p, err)
 	}
 	defer resp.Body.Close()
 	h := sha256.New()
 	check := func() error {
 		want := resp.Trailer.Get("X-Agentsandbox-Sha256")
 		if got := hex.EncodeToString(h.Sum(nil)); want != "" && got != want {
-			return withExit(ExitInfra, fmt.Errorf("copy %s:%s: sha256 %s, but the server says %s: copy it again", id, p, got, want))
+			return fmt.Errorf("copy %s:%s: sha256 %s, but the server says %s: copy it again", id, p, got, want)
 		}
 		return nil
 	}
 	if local == "-" {
 		if _, err := io.Copy(io.MultiWriter(stdio.Out, h), resp.Body); err != nil {
-			return withExit(ExitInfra, fmt.Errorf("copy %s:%s: %w", id, p, err))
+			return fmt.Errorf("copy %s:%s: %w", id, p, err)
 		}
 		return check()
 	}
@@ -534,12 +534,12 @@ func cpOut(ctx context.Context, stdio Stdio, c *apiClient, id, p, local string) 
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(local), "."+filepath.Base(local)+".tmp-")
 	if err != nil {
-		return withExit(ExitInfra, fmt.Errorf("copy %s:%s: %w", id, p, err))
+		return fmt.Errorf("copy %s:%s: %w", id, p, err)
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := io.Copy(io.MultiWriter(tmp, h), resp.Body); err != nil {
 		tmp.Close()
-		return withExit(ExitInfra, fmt.Errorf("copy %s:%s to %s: %w", id, p, local, err))
+		return fmt.Errorf("copy %s:%s to %s: %w", id, p, local, err)
 	}
 	if err := check(); err != nil {
 		tmp.Close()
@@ -547,13 +547,13 @@ func cpOut(ctx context.Context, stdio Stdio, c *apiClient, id, p, local string) 
 	}
 	if err := tmp.Chmod(0o644); err != nil {
 		tmp.Close()
-		return withExit(ExitInfra, err)
+		return err
 	}
 	if err := tmp.Close(); err != nil {
-		return withExit(ExitInfra, err)
+		return err
 	}
 	if err := os.Rename(tmp.Name(), local); err != nil {
-		return withExit(ExitInfra, fmt.Errorf("copy %s:%s: %w", id, p, err))
+		return fmt.Errorf("copy %s:%s: %w", id, p, err)
 	}
 	return nil
 }
@@ -590,7 +590,7 @@ func runSandboxFiles(ctx context.Context, stdio Stdio, conn connOptions, id, dir
 	}
 	var list server.FileList
 	if err := c.json(ctx, "GET", p, nil, nil, &list); err != nil {
-		return exitFor(fmt.Errorf("list %s:%s: %w", id, dir, err))
+		return fmt.Errorf("list %s:%s: %w", id, dir, err)
 	}
 	tw := tabwriter.NewWriter(stdio.Out, 0, 4, 1, ' ', tabwriter.AlignRight)
 	for _, f := range list.Files {
@@ -647,7 +647,7 @@ func runSandboxRm(ctx context.Context, stdio Stdio, conn connOptions, ids []stri
 	for _, id := range ids {
 		var info sandboxes.Info
 		if err := c.json(ctx, "DELETE", sandboxPath(id), nil, nil, &info); err != nil {
-			err = exitFor(fmt.Errorf("kill %s: %w", id, err))
+			err = fmt.Errorf("kill %s: %w", id, err)
 			if first == nil {
 				first = err
 			} else {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -48,7 +47,7 @@ type apiClient struct {
 
 func (o connOptions) client() (*apiClient, error) {
 	if o.Socket != "" && o.URL != "" {
-		return nil, usageErrorf("give --socket or --url, not both")
+		return nil, invalidf("give --socket or --url, not both")
 	}
 	socket, rawURL := o.Socket, o.URL
 	if socket == "" && rawURL == "" {
@@ -59,7 +58,7 @@ func (o connOptions) client() (*apiClient, error) {
 		if socket == "" && rawURL == "" {
 			dir, err := record.DefaultStateDir()
 			if err != nil {
-				return nil, usageErrorf("%v; or pass --socket", err)
+				return nil, invalidf("%v; or pass --socket", err)
 			}
 			socket = filepath.Join(dir, socketName)
 		}
@@ -73,18 +72,18 @@ func (o connOptions) client() (*apiClient, error) {
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, usageErrorf("--url %q: want http://HOST:PORT or https://HOST:PORT", rawURL)
+		return nil, invalidf("--url %q: want http://HOST:PORT or https://HOST:PORT", rawURL)
 	}
 	token := os.Getenv("AGENTSANDBOX_TOKEN")
 	if o.TokenFile != "" {
 		b, err := os.ReadFile(o.TokenFile)
 		if err != nil {
-			return nil, usageErrorf("--token-file: %v", err)
+			return nil, invalidf("--token-file: %v", err)
 		}
 		token = strings.TrimSpace(string(b))
 	}
 	if token == "" {
-		return nil, usageErrorf("%s needs a token of one of the server's identities: pass --token-file or set AGENTSANDBOX_TOKEN", rawURL)
+		return nil, invalidf("%s needs a token of one of the server's identities: pass --token-file or set AGENTSANDBOX_TOKEN", rawURL)
 	}
 	return &apiClient{hc: &http.Client{}, base: strings.TrimRight(rawURL, "/"), token: token, where: rawURL}, nil
 }
@@ -95,25 +94,13 @@ type apiError struct {
 	Body   sandboxes.Error
 }
 
-func (e *apiError) Error() string { return e.Body.Message }
-
-// exitFor is the exit status of a failed request: the server refused a
-// bad request (2) or its policy did (3); anything else is the server's
-// failure (5).
-func exitFor(err error) error {
-	var ae *apiError
-	if errors.As(err, &ae) {
-		switch ae.Body.Code {
-		case sandboxes.CodeBadRequest:
-			return withExit(ExitInvalid, err)
-		case sandboxes.CodeDenied:
-			if ae.Body.Decision != "" {
-				err = fmt.Errorf("%w (decision %s)", err, ae.Body.Decision)
-			}
-			return withExit(ExitDenied, err)
-		}
+// Error is the server's message, and the decision that refused the
+// request if its policy did. Its exit status is answerExit's.
+func (e *apiError) Error() string {
+	if e.Body.Code == sandboxes.CodeDenied && e.Body.Decision != "" {
+		return fmt.Sprintf("%s (decision %s)", e.Body.Message, e.Body.Decision)
 	}
-	return withExit(ExitInfra, err)
+	return e.Body.Message
 }
 
 // do sends a request and returns the answer if its status is 2xx; any
@@ -135,7 +122,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, q url.Values, b
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, withExit(ExitInfra, fmt.Errorf("reach the agentsandbox server at %s: %w; start it (sudo agentsandbox serve) or pass --socket or --url", c.where, err))
+		return nil, fmt.Errorf("reach the agentsandbox server at %s: %w; start it (sudo agentsandbox serve) or pass --socket or --url", c.where, err)
 	}
 	if resp.StatusCode/100 == 2 {
 		return resp, nil

@@ -53,7 +53,7 @@ func runSandboxNetwork(ctx context.Context, stdio Stdio, opts sandboxNetworkOpti
 		err = c.json(ctx, "POST", sandboxPath(id, "network"), nil, sandboxes.NetworkUpdate{Grant: opts.Grant, Revoke: opts.Revoke}, &info)
 	}
 	if err != nil {
-		return exitFor(fmt.Errorf("network of %s: %w", id, err))
+		return fmt.Errorf("network of %s: %w", id, err)
 	}
 	fmt.Fprintf(stdio.Out, "allow: %s\n", joinOrNone(info.Allow))
 	if len(info.Deny) > 0 {

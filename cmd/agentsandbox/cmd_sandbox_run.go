@@ -56,15 +56,15 @@ func runSandboxRun(ctx context.Context, stdio Stdio, opts sandboxRunOptions, fil
 	} else {
 		f, err := os.Open(file)
 		if err != nil {
-			return withExit(ExitInvalid, err)
+			return invalid(err)
 		}
 		b, err := io.ReadAll(io.LimitReader(f, sandboxes.MaxInlineWorkflow+1))
 		f.Close()
 		if err != nil {
-			return withExit(ExitInvalid, fmt.Errorf("read %s: %w", file, err))
+			return invalid(fmt.Errorf("read %s: %w", file, err))
 		}
 		if len(b) > sandboxes.MaxInlineWorkflow {
-			return usageErrorf("%s is over %d bytes, more than a server takes inline; put it in the server's template directory and use --remote", file, sandboxes.MaxInlineWorkflow)
+			return invalidf("%s is over %d bytes, more than a server takes inline; put it in the server's template directory and use --remote", file, sandboxes.MaxInlineWorkflow)
 		}
 		req.Inline = string(b)
 	}
@@ -74,7 +74,7 @@ func runSandboxRun(ctx context.Context, stdio Stdio, opts sandboxRunOptions, fil
 	}
 	var info sandboxes.RunInfo
 	if err := c.json(ctx, "POST", "/v1/runs", nil, req, &info); err != nil {
-		return exitFor(fmt.Errorf("run %s: %w", file, err))
+		return fmt.Errorf("run %s: %w", file, err)
 	}
 	if opts.JSON {
 		enc := json.NewEncoder(stdio.Out)
@@ -100,7 +100,7 @@ func runSandboxRun(ctx context.Context, stdio Stdio, opts sandboxRunOptions, fil
 		fmt.Fprintf(stdio.Err, "agentsandbox: run %s: %s\n", file, info.Error)
 	}
 	if info.Status != "succeeded" {
-		return &silentError{code: ExitStepFailed} // the table says which step
+		return reported(errStepFailed) // the table says which step
 	}
 	return nil
 }

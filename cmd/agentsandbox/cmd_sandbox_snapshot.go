@@ -52,11 +52,11 @@ func runSandboxSnapshot(ctx context.Context, stdio Stdio, opts sandboxSnapshotOp
 	}
 	if opts.List {
 		if opts.Label != "" {
-			return usageErrorf("--label names a new snapshot; it does not go with --list")
+			return invalidf("--label names a new snapshot; it does not go with --list")
 		}
 		var list server.SnapshotList
 		if err := c.json(ctx, "GET", sandboxPath(id, "snapshots"), nil, nil, &list); err != nil {
-			return exitFor(fmt.Errorf("list the snapshots of %s: %w", id, err))
+			return fmt.Errorf("list the snapshots of %s: %w", id, err)
 		}
 		tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tCREATED\tSIZE\tLABEL")
@@ -67,7 +67,7 @@ func runSandboxSnapshot(ctx context.Context, stdio Stdio, opts sandboxSnapshotOp
 	}
 	var snap sandboxes.SnapshotInfo
 	if err := c.json(ctx, "POST", sandboxPath(id, "snapshots"), nil, sandboxes.SnapshotRequest{Label: opts.Label}, &snap); err != nil {
-		return exitFor(fmt.Errorf("snapshot %s: %w", id, err))
+		return fmt.Errorf("snapshot %s: %w", id, err)
 	}
 	fmt.Fprintln(stdio.Out, snap.ID)
 	return nil
@@ -98,7 +98,7 @@ func runSandboxRestore(ctx context.Context, stdio Stdio, conn connOptions, id, s
 	}
 	var info sandboxes.Info
 	if err := c.json(ctx, "POST", sandboxPath(id, "restore"), nil, sandboxes.RestoreRequest{Snapshot: snap}, &info); err != nil {
-		return exitFor(fmt.Errorf("restore %s to %s: %w", id, snap, err))
+		return fmt.Errorf("restore %s to %s: %w", id, snap, err)
 	}
 	fmt.Fprintf(stdio.Err, "restored %s to %s\n", id, snap)
 	return nil

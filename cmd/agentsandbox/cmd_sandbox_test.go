@@ -35,7 +35,11 @@ func fakeServe(t *testing.T) (string, string) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "as.sock")
-	go s.ServeUnix(sock)
+	l, err := server.ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(l)
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(func() {
 		ts.Close()

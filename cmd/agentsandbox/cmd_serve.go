@@ -147,7 +147,7 @@ func (opts serveOptions) check() error {
 func (opts serveOptions) execLogLimit() (int64, error) {
 	n, err := workflow.ParseSize(opts.ExecLogLimit)
 	if err != nil || n < 1<<20 {
-		return 0, usageErrorf("--exec-log-limit %q: want a size of 1MiB or more, such as 256MiB or 1GiB", opts.ExecLogLimit)
+		return 0, invalidf("--exec-log-limit %q: want a size of 1MiB or more, such as 256MiB or 1GiB", opts.ExecLogLimit)
 	}
 	return n, nil
 }
@@ -155,7 +155,7 @@ func (opts serveOptions) execLogLimit() (int64, error) {
 // snapshotQuotas are --max-snapshot-bytes and --snapshot-store-bytes.
 func (opts serveOptions) snapshotQuotas() (perSandbox, all int64, err error) {
 	if opts.MaxSnapshots < 1 {
-		return 0, 0, usageErrorf("--max-snapshots %d: want 1 or more", opts.MaxSnapshots)
+		return 0, 0, invalidf("--max-snapshots %d: want 1 or more", opts.MaxSnapshots)
 	}
 	for _, q := range []struct {
 		flag, v string
@@ -163,7 +163,7 @@ func (opts serveOptions) snapshotQuotas() (perSandbox, all int64, err error) {
 	}{{"--max-snapshot-bytes", opts.MaxSnapshotBytes, &perSandbox}, {"--snapshot-store-bytes", opts.SnapshotStoreBytes, &all}} {
 		n, err := workflow.ParseSize(q.v)
 		if err != nil || n < 1 {
-			return 0, 0, usageErrorf("%s %q: want a size such as 4GiB", q.flag, q.v)
+			return 0, 0, invalidf("%s %q: want a size such as 4GiB", q.flag, q.v)
 		}
 		*q.to = n
 	}
@@ -174,10 +174,10 @@ func (opts serveOptions) snapshotQuotas() (perSandbox, all int64, err error) {
 // cannot take.
 func (opts serveOptions) checkHTTP() error {
 	if opts.MaxConns < 1 {
-		return usageErrorf("--max-connections %d: want 1 or more", opts.MaxConns)
+		return invalidf("--max-connections %d: want 1 or more", opts.MaxConns)
 	}
 	if opts.BodyTimeout <= 0 {
-		return usageErrorf("--body-timeout %s: want a positive duration, such as 30s", opts.BodyTimeout)
+		return invalidf("--body-timeout %s: want a positive duration, such as 30s", opts.BodyTimeout)
 	}
 	return nil
 }
@@ -185,7 +185,7 @@ func (opts serveOptions) checkHTTP() error {
 // warmSpecs are the pools --warm and --warm-template ask for.
 func (opts serveOptions) warmSpecs() ([]sandboxes.WarmSpec, error) {
 	if opts.Warm < 0 || opts.Warm > opts.MaxSandboxes {
-		return nil, usageErrorf("--warm %d: want 0 to --max-sandboxes (%d)", opts.Warm, opts.MaxSandboxes)
+		return nil, invalidf("--warm %d: want 0 to --max-sandboxes (%d)", opts.Warm, opts.MaxSandboxes)
 	}
 	var specs []sandboxes.WarmSpec
 	total := opts.Warm
@@ -196,16 +196,16 @@ func (opts serveOptions) warmSpecs() ([]sandboxes.WarmSpec, error) {
 		ref, count, ok := strings.Cut(v, "=")
 		n, err := strconv.Atoi(count)
 		if !ok || err != nil || n < 1 || !strings.Contains(ref, "#") {
-			return nil, usageErrorf("--warm-template %q: want FILE#STEP=N, such as ci.yaml#test=2", v)
+			return nil, invalidf("--warm-template %q: want FILE#STEP=N, such as ci.yaml#test=2", v)
 		}
 		if opts.Templates == "" {
-			return nil, usageErrorf("--warm-template %q: needs --templates DIR, where the file is", v)
+			return nil, invalidf("--warm-template %q: needs --templates DIR, where the file is", v)
 		}
 		specs = append(specs, sandboxes.WarmSpec{Spec: sandboxes.Spec{Template: ref}, N: n})
 		total += n
 	}
 	if total > opts.MaxSandboxes {
-		return nil, usageErrorf("--warm and --warm-template ask for %d warm sandboxes, over --max-sandboxes (%d)", total, opts.MaxSandboxes)
+		return nil, invalidf("--warm and --warm-template ask for %d warm sandboxes, over --max-sandboxes (%d)", total, opts.MaxSandboxes)
 	}
 	return specs, nil
 }
@@ -217,7 +217,7 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 		return err
 	}
 	if os.Geteuid() != 0 {
-		return withExit(ExitInfra, errors.New("serve runs sandboxes as namespace jails, which needs root: run it as root (sudo agentsandbox serve)"))
+		return errors.New("serve runs sandboxes as namespace jails, which needs root: run it as root (sudo agentsandbox serve)")
 	}
 	token, ids, err := opts.tcpIdentities()
 	if err != nil {
@@ -244,13 +244,13 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 	// Listen before saying so: a client that reads the line can connect.
 	ul, err := server.ListenUnix(socket)
 	if err != nil {
-		return withExit(ExitInfra, errors.Join(err, mgr.Close(context.Background())))
+		return errors.Join(err, mgr.Close(context.Background()))
 	}
 	var tl net.Listener
 	if opts.Listen != "" {
-		if tl, err = net.Listen("tcp", opts.Listen); err != nil {
+		if tl, err = srv.ListenTCP(opts.Listen); err != nil {
 			ul.Close()
-			return withExit(ExitInfra, errors.Join(fmt.Errorf("--listen: %w", err), mgr.Close(context.Background())))
+			return errors.Join(fmt.Errorf("--listen: %w", err), mgr.Close(context.Background()))
 		}
 	}
 	errs := make(chan error, 2)
@@ -278,7 +278,7 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 		serveErr = errors.Join(serveErr, err)
 	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
-		return withExit(ExitInfra, serveErr)
+		return serveErr
 	}
 	return nil
 }
@@ -288,27 +288,27 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 func (opts serveOptions) tcpIdentities() (string, []server.Identity, error) {
 	switch {
 	case opts.TokenFile != "" && opts.Identities != "":
-		return "", nil, usageErrorf("give --identities or --token-file, not both: put the token's SHA-256 in an identity of the file")
+		return "", nil, invalidf("give --identities or --token-file, not both: put the token's SHA-256 in an identity of the file")
 	case opts.Listen == "" && (opts.TokenFile != "" || opts.Identities != ""):
-		return "", nil, usageErrorf("--token-file and --identities are for TCP clients: give --listen ADDR too")
+		return "", nil, invalidf("--token-file and --identities are for TCP clients: give --listen ADDR too")
 	case opts.Listen == "":
 		return "", nil, nil
 	case opts.Identities != "":
 		ids, err := server.LoadIdentities(opts.Identities)
 		if err != nil {
-			return "", nil, withExit(ExitInvalid, fmt.Errorf("--identities: %w", err))
+			return "", nil, invalid(fmt.Errorf("--identities: %w", err))
 		}
 		return "", ids, nil
 	case opts.TokenFile == "":
-		return "", nil, usageErrorf("--listen needs --identities or --token-file: a TCP client must send a token (write a long random one to a file only you can read, mode 0600)")
+		return "", nil, invalidf("--listen needs --identities or --token-file: a TCP client must send a token (write a long random one to a file only you can read, mode 0600)")
 	}
 	b, err := server.ReadSecretFile(opts.TokenFile, 4096)
 	if err != nil {
-		return "", nil, withExit(ExitInvalid, fmt.Errorf("--token-file: %w", err))
+		return "", nil, invalid(fmt.Errorf("--token-file: %w", err))
 	}
 	token := strings.TrimSpace(string(b))
 	if len(token) < 16 {
-		return "", nil, usageErrorf("--token-file %s: the token is %d characters; use at least 16 random ones", opts.TokenFile, len(token))
+		return "", nil, invalidf("--token-file %s: the token is %d characters; use at least 16 random ones", opts.TokenFile, len(token))
 	}
 	return token, nil, nil
 }
@@ -329,7 +329,7 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (_ san
 	if opts.Templates != "" {
 		abs, err := filepath.Abs(opts.Templates)
 		if err != nil {
-			return nil, nil, nil, usageErrorf("--templates: %v", err)
+			return nil, nil, nil, invalidf("--templates: %v", err)
 		}
 		opts.Templates = abs
 	}
@@ -371,7 +371,7 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (_ san
 	}
 	dlog, err := openDecisionLog(store.Dir())
 	if err != nil {
-		return nil, nil, nil, withExit(ExitInfra, err)
+		return nil, nil, nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -399,7 +399,7 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (_ san
 	}
 	mgr, err := sandboxes.New(mo)
 	if sandboxes.CodeOf(err) == sandboxes.CodeBadRequest { // a warm pool's spec
-		return nil, nil, nil, withExit(ExitInvalid, err)
+		return nil, nil, nil, invalid(err)
 	}
 	if err != nil {
 		return nil, nil, nil, err

@@ -50,7 +50,7 @@ Exit status:
 }
 
 func runValidate(ctx context.Context, stdio Stdio, opts validateOptions, args []string) error {
-	worst := ExitOK
+	var worst error // the failure with the highest exit status
 	var host *policy.Host
 	stateDir := defaultStateDir()
 	for _, path := range args {
@@ -63,12 +63,12 @@ func runValidate(ctx context.Context, stdio Stdio, opts validateOptions, args []
 		}
 		w, _, err := loadWorkflow(path, opts.Policy.parseOptions()...)
 		if err != nil {
-			worst = max(worst, ExitInvalid)
+			worst = worse(worst, err)
 			reportLoadError(stdio.Err, err)
 			continue
 		}
 		if polErr != nil {
-			worst = max(worst, exitCode(polErr))
+			worst = worse(worst, polErr)
 			fmt.Fprintf(stdio.Err, "%s: %v\n", path, polErr)
 			continue
 		}
@@ -85,16 +85,21 @@ func runValidate(ctx context.Context, stdio Stdio, opts validateOptions, args []
 			fmt.Fprintf(stdio.Err, "%s: warning: %v\n", path, err)
 		}
 		if _, err := admit(ctx, pol, plan, *host, stdio.Err); err != nil {
-			worst = max(worst, exitCode(err))
+			worst = worse(worst, err)
 			fmt.Fprintf(stdio.Err, "%s: %v\n", path, err)
 			continue
 		}
 		fmt.Fprintf(stdio.Out, "%s: ok\n", path)
 	}
-	if worst != ExitOK {
-		return &silentError{code: worst}
+	return reported(worst)
+}
+
+// worse is the one of a and b with the higher exit status (a on a tie).
+func worse(a, b error) error {
+	if exitCode(b) > exitCode(a) {
+		return b
 	}
-	return nil
+	return a
 }
 
 // hostFacts are the host part of the policy input, probed the way apply
@@ -112,7 +117,7 @@ func hostFacts(ctx context.Context) policy.Host {
 func loadWorkflow(path string, popts ...workflow.ParseOption) (*workflow.Workflow, []byte, error) {
 	w, data, err := workflow.ParseFile(path, popts...)
 	if err != nil {
-		return nil, data, withExit(ExitInvalid, err)
+		return nil, data, invalid(err)
 	}
 	return w, data, nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -72,7 +71,7 @@ func (o policyOptions) options(wfPath string) policy.Options {
 func loadPolicy(ctx context.Context, opts policyOptions, wfPath string) (*policy.Engine, error) {
 	e, err := policy.Load(ctx, opts.options(wfPath))
 	if err != nil {
-		return nil, policyExit(err)
+		return nil, err
 	}
 	return e, nil
 }
@@ -89,7 +88,7 @@ func cachedPolicy(opts policyOptions, wfPath, stateDir string) (*policy.CachedEn
 	}
 	e, err := policy.LoadCached(opts.options(wfPath), cache)
 	if err != nil {
-		return nil, policyExit(err)
+		return nil, err
 	}
 	return e, nil
 }
@@ -119,29 +118,19 @@ func defaultStateDir() string {
 func admit(ctx context.Context, pol *policy.CachedEngine, w *workflow.Workflow, host policy.Host, stderr io.Writer) (*policy.Decision, error) {
 	d, err := pol.Eval(ctx, w, host)
 	if err != nil {
-		return nil, policyExit(err)
+		return nil, err
 	}
 	for _, m := range d.Warn {
 		fmt.Fprintf(stderr, "warning: %s\n", m)
 	}
-	return d, admissionExit(d)
+	return d, admissionError(d)
 }
 
-// admissionExit is nil for an allowed decision, else a *policy.DeniedError
-// listing every message, with exit status 3.
-func admissionExit(d *policy.Decision) error {
+// admissionError is nil for an allowed decision, else a
+// *policy.DeniedError listing every message (exit status 3).
+func admissionError(d *policy.Decision) error {
 	if !d.Allowed() {
-		return withExit(ExitDenied, &policy.DeniedError{Decision: d})
+		return &policy.DeniedError{Decision: d}
 	}
 	return nil
-}
-
-// policyExit marks policy source mistakes as invalid input (exit status 2);
-// anything else stays an infrastructure error.
-func policyExit(err error) error {
-	var se *policy.SourceError
-	if errors.As(err, &se) {
-		return withExit(ExitInvalid, err)
-	}
-	return err
 }

@@ -26,7 +26,7 @@ func Execute(ctx context.Context, stdio Stdio, args []string) int {
 	if err == nil {
 		return ExitOK
 	}
-	var silent *silentError
+	var silent *reportedError
 	if !errors.As(err, &silent) {
 		fmt.Fprintf(stdio.Err, "agentsandbox: %v\n", err)
 	}
@@ -47,7 +47,7 @@ leaves a content-addressed record of what ran.` + exitStatusHelp,
 	root.SetOut(stdio.Out)
 	root.SetErr(stdio.Err)
 	// Usage mistakes (unknown flag, wrong argument count) are invalid input.
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErrorf("%w", err) })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return invalidf("%w", err) })
 	root.AddCommand(
 		newVersionCmd(stdio),
 		newRenderCmd(stdio),
@@ -70,7 +70,7 @@ func wrapArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 	}
 	return func(cmd *cobra.Command, args []string) error {
 		if err := check(cmd, args); err != nil {
-			return usageErrorf("%s: %w", cmd.CommandPath(), err)
+			return invalidf("%s: %w", cmd.CommandPath(), err)
 		}
 		return nil
 	}

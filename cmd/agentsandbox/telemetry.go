@@ -59,7 +59,7 @@ func traceApply(ctx context.Context) (_ context.Context, end func(error)) {
 	}
 	ctx, span := otel.Tracer(cliTracer).Start(ctx, "apply", trace.WithSpanKind(trace.SpanKindServer))
 	return ctx, func(err error) {
-		var silent *silentError
+		var silent *reportedError
 		if err != nil && !errors.As(err, &silent) {
 			span.SetStatus(codes.Error, err.Error())
 		} else if err != nil {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"github.com/agentsandbox/agentsandbox/vmrunner/jail/jailwire"
 )
 
 // AgentName is the agent binary's name, and AgentEnv the variable that
@@ -62,7 +60,3 @@ func (e *AgentError) Error() string {
 }
 
 func (e *AgentError) Unwrap() error { return e.Err }
-
-// BuildID identifies the source a binary was built from (see
-// jailwire.BuildID, which the init's hello carries too).
-func BuildID() string { return jailwire.BuildID() }

@@ -7,19 +7,21 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agentsandbox/agentsandbox/vmrunner/jail/jailwire"
 )
 
 func TestHelloCheck(t *testing.T) {
-	our := OurHello()
+	our := jailwire.OurHello()
 	for _, c := range []struct {
 		name string
-		h    Hello
+		h    jailwire.Hello
 		want string // "" accepts
 	}{
 		{"same", our, ""},
-		{"no build id", Hello{Protocol: our.Protocol, Job: our.Job}, ""},
-		{"other protocol", Hello{Protocol: our.Protocol + 1, Job: our.Job}, "jail protocol"},
-		{"other job protocol", Hello{Protocol: our.Protocol, Job: our.Job + 1}, "job protocol"},
+		{"no build id", jailwire.Hello{Protocol: our.Protocol, Job: our.Job}, ""},
+		{"other protocol", jailwire.Hello{Protocol: our.Protocol + 1, Job: our.Job}, "jail protocol"},
+		{"other job protocol", jailwire.Hello{Protocol: our.Protocol, Job: our.Job + 1}, "job protocol"},
 	} {
 		err := c.h.Check()
 		if (err == nil) != (c.want == "") || (err != nil && !strings.Contains(err.Error(), c.want)) {
@@ -28,10 +30,10 @@ func TestHelloCheck(t *testing.T) {
 	}
 	// Build ids count only when both sides have one.
 	if our.Build == "" {
-		if err := (Hello{Protocol: our.Protocol, Job: our.Job, Build: "abc"}).Check(); err != nil {
+		if err := (jailwire.Hello{Protocol: our.Protocol, Job: our.Job, Build: "abc"}).Check(); err != nil {
 			t.Errorf("a build id against none: %v", err)
 		}
-	} else if err := (Hello{Protocol: our.Protocol, Job: our.Job, Build: "abc"}).Check(); err == nil {
+	} else if err := (jailwire.Hello{Protocol: our.Protocol, Job: our.Job, Build: "abc"}).Check(); err == nil {
 		t.Errorf("build abc against %s accepted", our.Build)
 	}
 }

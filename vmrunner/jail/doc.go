@@ -6,19 +6,20 @@
 // vmrunner/jail/jailinit, and calls jailinit.MaybeInit first thing; the CLI
 // finds it with AgentPath ($AGENTSANDBOX_AGENT, else beside the CLI's own
 // executable). What the two sides exchange (the configuration, the Mounts,
-// Rlimits, ExecSpec, the Hello) is package vmrunner/jail/jailwire, which
-// this package re-exports under the same names.
+// Rlimits, ExecSpec, the Hello) is package vmrunner/jail/jailwire: callers
+// name those types there (jailwire.Mount, jailwire.Rlimits, ...).
 //
-// The parent (Start) starts the agent with the hidden argument InitArg
-// in new mount, pid, ipc and uts namespaces and a session of its own (no
-// controlling terminal), passing only three descriptors: it first marks any
-// descriptor it inherited itself close-on-exec, since os/exec would pass it
-// on. The child's first message is its Hello (InitProtocol,
-// guest.ProtocolVersion, BuildID); Release checks it before anything else
-// and refuses a mismatched init with an *AgentError. The child holds still
-// until the parent has put it in the step's cgroup and sent the
-// configuration as JSON over a pipe (Release); only then does it build
-// anything. It closes every other descriptor that came through exec, then
+// The parent (Start) starts the agent with the hidden argument
+// jailwire.InitArg in new mount, pid, ipc and uts namespaces and a session
+// of its own (no controlling terminal), passing only three descriptors: it
+// first marks any descriptor it inherited itself close-on-exec, since
+// os/exec would pass it on. The child's first message is its Hello
+// (jailwire.InitProtocol, guest.ProtocolVersion, jailwire.BuildID); Release
+// checks it before anything else and refuses a mismatched init with an
+// *AgentError. The child holds still until the parent has put it in the
+// step's cgroup and sent the configuration as JSON over a pipe (Release);
+// only then does it build anything. It closes every other descriptor that
+// came through exec, then
 //
 //  1. joins the step's named network namespace with setns(2) (the netns
 //     descriptor arrives in ExtraFiles, so the parent's threads never change

@@ -18,6 +18,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 	"github.com/agentsandbox/agentsandbox/vmrunner/jail/jailinit"
+	"github.com/agentsandbox/agentsandbox/vmrunner/jail/jailwire"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -69,7 +70,7 @@ func (f fakeFS) Readlink(name string) (string, error) {
 	return strings.TrimPrefix(v, "->"), nil
 }
 
-func renderPlan(p []Mount) string {
+func renderPlan(p []jailwire.Mount) string {
 	var b strings.Builder
 	for _, m := range p {
 		b.WriteString(m.String() + "\n")
@@ -132,7 +133,7 @@ func TestPlanExec(t *testing.T) {
 	p, err := Plan(Config{
 		Hostname: "vm", TmpBytes: 1 << 20,
 		ClosurePaths: []string{"/nix/store/cccc-microvm-qemu-vm", "/nix/store/bbbb-busybox"},
-		Exec: &ExecSpec{
+		Exec: &jailwire.ExecSpec{
 			Argv: []string{"/nix/store/cccc-microvm-qemu-vm/bin/microvm-run"}, Dir: "/run/vms/w",
 			UID: 65534, GID: 65533,
 			Writable: []string{"/run/vms/w", "/srv/ctl", "/srv/ws"},
@@ -157,12 +158,12 @@ func TestPlanErrors(t *testing.T) {
 		{"bad store path", Config{Workspace: "/w", ControlDir: "/c", ClosurePaths: []string{"/nix/store/x/../../etc"}}, fakeFS{}, "not a /nix/store"},
 		{"env outside closure", Config{Workspace: "/w", ControlDir: "/c", ClosurePaths: []string{"/nix/store/a-x"}, EnvPath: "/nix/store/b-env"}, fakeFS{}, "not one of the closure"},
 		{"env without closure", Config{Workspace: "/w", ControlDir: "/c", EnvPath: "/nix/store/b-env"}, fakeFS{"/usr": "dir"}, "without its closure"},
-		{"exec with workspace", Config{Workspace: "/w", Exec: &ExecSpec{Argv: []string{"/usr/bin/qemu"}, Dir: "/w", Writable: []string{"/w"}, UID: 1, GID: 1}}, fakeFS{"/usr": "dir"}, "no workspace"},
-		{"exec as root", Config{Exec: &ExecSpec{Argv: []string{"/usr/bin/qemu"}, Dir: "/w", Writable: []string{"/w"}}}, fakeFS{"/usr": "dir"}, "unprivileged"},
-		{"exec relative argv", Config{Exec: &ExecSpec{Argv: []string{"qemu"}, Dir: "/w", Writable: []string{"/w"}, UID: 1, GID: 1}}, fakeFS{"/usr": "dir"}, "absolute path"},
-		{"exec dir not writable", Config{Exec: &ExecSpec{Argv: []string{"/q"}, Dir: "/x", Writable: []string{"/w"}, UID: 1, GID: 1}}, fakeFS{"/usr": "dir"}, "not in a writable bind"},
-		{"exec bind over proc", Config{Exec: &ExecSpec{Argv: []string{"/q"}, Dir: "/w", Writable: []string{"/w", "/proc/1"}, UID: 1, GID: 1}}, fakeFS{"/usr": "dir"}, "cover the jail's own /proc"},
-		{"exec bind over usr", Config{Exec: &ExecSpec{Argv: []string{"/q"}, Dir: "/w", Writable: []string{"/w"}, ReadOnly: []string{"/usr"}, UID: 1, GID: 1}}, fakeFS{"/usr": "dir"}, "cover the jail's own /usr"},
+		{"exec with workspace", Config{Workspace: "/w", Exec: &jailwire.ExecSpec{Argv: []string{"/usr/bin/qemu"}, Dir: "/w", Writable: []string{"/w"}, UID: 1, GID: 1}}, fakeFS{"/usr": "dir"}, "no workspace"},
+		{"exec as root", Config{Exec: &jailwire.ExecSpec{Argv: []string{"/usr/bin/qemu"}, Dir: "/w", Writable: []string{"/w"}}}, fakeFS{"/usr": "dir"}, "unprivileged"},
+		{"exec relative argv", Config{Exec: &jailwire.ExecSpec{Argv: []string{"qemu"}, Dir: "/w", Writable: []string{"/w"}, UID: 1, GID: 1}}, fakeFS{"/usr": "dir"}, "absolute path"},
+		{"exec dir not writable", Config{Exec: &jailwire.ExecSpec{Argv: []string{"/q"}, Dir: "/x", Writable: []string{"/w"}, UID: 1, GID: 1}}, fakeFS{"/usr": "dir"}, "not in a writable bind"},
+		{"exec bind over proc", Config{Exec: &jailwire.ExecSpec{Argv: []string{"/q"}, Dir: "/w", Writable: []string{"/w", "/proc/1"}, UID: 1, GID: 1}}, fakeFS{"/usr": "dir"}, "cover the jail's own /proc"},
+		{"exec bind over usr", Config{Exec: &jailwire.ExecSpec{Argv: []string{"/q"}, Dir: "/w", Writable: []string{"/w"}, ReadOnly: []string{"/usr"}, UID: 1, GID: 1}}, fakeFS{"/usr": "dir"}, "cover the jail's own /usr"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Plan(tc.cfg, tc.host)
@@ -407,7 +408,7 @@ func execFixture(t testing.TB, script string) (Config, *bytes.Buffer) {
 	var console bytes.Buffer
 	return Config{
 		RootDir: root, Hostname: "x", NetnsPath: ns.Path(), Console: &console,
-		Exec: &ExecSpec{
+		Exec: &jailwire.ExecSpec{
 			Argv: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin", "A=1"},
 			Dir: work, UID: 65534, GID: 65534, Writable: []string{work},
 		},
@@ -444,7 +445,7 @@ exit 5`)
 	}
 	for _, want := range []string{"Uid:\t65534\t65534\t65534\t65534", "Gid:\t65534", "Groups:\t \n", "CapEff:\t0000000000000000",
 		"CapPrm:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2\n",
-		"pwd=" + cfg.Exec.Dir + " env=1 pid1=agentsandbox-init " + InitArg, "crw------- 1 65534 65534 10, 200", "wrote-workdir", "tun-opens"} {
+		"pwd=" + cfg.Exec.Dir + " env=1 pid1=agentsandbox-init " + jailwire.InitArg, "crw------- 1 65534 65534 10, 200", "wrote-workdir", "tun-opens"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("console lacks %q", want)
 		}

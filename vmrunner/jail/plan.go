@@ -60,7 +60,7 @@ type Config struct {
 
 	// Rlimits bound the job (or, in exec mode, the program); zero fields
 	// take the defaults (see Rlimits).
-	Rlimits Rlimits
+	Rlimits jailwire.Rlimits
 	// Seccomp is the system call filter installed before the job or the
 	// program runs; nil means seccomp.Default(). NoSeccomp leaves it out:
 	// it exists so that benchmarks can measure the filter's cost, and no
@@ -72,47 +72,12 @@ type Config struct {
 	// with the guest agent, the init runs Exec.Argv as an unprivileged
 	// child (a hypervisor) and exits with its status. Workspace and
 	// ControlDir must then be empty; Exec.Writable replaces them.
-	Exec *ExecSpec
+	Exec *jailwire.ExecSpec
 
 	// initFiles are the init binary's loader and libraries when it is
 	// dynamically linked (see runtimeFiles); Start fills them in.
 	initFiles []string
 }
-
-// The types the parent shares with the init (package jailwire), under
-// their names in this package.
-type (
-	// Rlimits are the resource limits the init sets on itself before it
-	// runs the job or the program, which inherit them (jailwire.Rlimits).
-	Rlimits = jailwire.Rlimits
-	// ExecSpec is what the jail runs in exec mode (jailwire.ExecSpec).
-	ExecSpec = jailwire.ExecSpec
-	// Op is the kind of one Mount.
-	Op = jailwire.Op
-	// Mount is one step of building the root (jailwire.Mount).
-	Mount = jailwire.Mount
-)
-
-// Default descriptor limits: the usual soft limit, and a hard limit a job
-// may raise its soft limit to.
-const (
-	DefaultNoFileSoft = jailwire.DefaultNoFileSoft
-	DefaultNoFileHard = jailwire.DefaultNoFileHard
-)
-
-// The operations a Plan is made of (see jailwire).
-const (
-	OpDir     = jailwire.OpDir
-	OpFile    = jailwire.OpFile
-	OpSymlink = jailwire.OpSymlink
-	OpBind    = jailwire.OpBind
-	OpTmpfs   = jailwire.OpTmpfs
-	OpProc    = jailwire.OpProc
-	OpDevpts  = jailwire.OpDevpts
-	OpMask    = jailwire.OpMask
-	OpRdonly  = jailwire.OpRdonly
-	OpDevice  = jailwire.OpDevice
-)
 
 // HostFS is what Plan looks at on the host; OSFS is the real one.
 type HostFS interface {
@@ -167,7 +132,7 @@ const (
 // Plan lists the steps that build the jail's root from cfg, in order. It is
 // pure apart from looking at the host through host, so tests compare it
 // with a golden file.
-func Plan(cfg Config, host HostFS) ([]Mount, error) {
+func Plan(cfg Config, host HostFS) ([]jailwire.Mount, error) {
 	if cfg.Exec != nil {
 		return execPlan(cfg, host)
 	}
@@ -177,8 +142,8 @@ func Plan(cfg Config, host HostFS) ([]Mount, error) {
 	if cfg.ControlDir == "" || !filepath.IsAbs(cfg.ControlDir) {
 		return nil, fmt.Errorf("jail plan: control dir %q must be an absolute path", cfg.ControlDir)
 	}
-	var p []Mount
-	add := func(m ...Mount) { p = append(p, m...) }
+	var p []jailwire.Mount
+	add := func(m ...jailwire.Mount) { p = append(p, m...) }
 
 	if len(cfg.ClosurePaths) == 0 {
 		if cfg.EnvPath != "" {
@@ -197,15 +162,15 @@ func Plan(cfg Config, host HostFS) ([]Mount, error) {
 		add(ms...)
 		// A dynamically linked init needs its loader to re-execute itself.
 		for _, f := range cfg.initFiles {
-			add(Mount{Op: OpBind, Source: f, Target: f, ReadOnly: true, Flags: "nosuid,nodev"})
+			add(jailwire.Mount{Op: jailwire.OpBind, Source: f, Target: f, ReadOnly: true, Flags: "nosuid,nodev"})
 		}
 	}
 
 	add(etc(cfg, host, len(cfg.ClosurePaths) == 0)...)
-	add(Mount{Op: OpDir, Target: "/root", Mode: 0o700},
-		Mount{Op: OpBind, Source: cfg.Workspace, Target: guest.WorkspaceMount, Flags: "nosuid,nodev"},
-		Mount{Op: OpDir, Target: "/run", Mode: 0o755},
-		Mount{Op: OpBind, Source: cfg.ControlDir, Target: guest.ControlMount, Flags: "nosuid,nodev,noexec"})
+	add(jailwire.Mount{Op: jailwire.OpDir, Target: "/root", Mode: 0o700},
+		jailwire.Mount{Op: jailwire.OpBind, Source: cfg.Workspace, Target: guest.WorkspaceMount, Flags: "nosuid,nodev"},
+		jailwire.Mount{Op: jailwire.OpDir, Target: "/run", Mode: 0o755},
+		jailwire.Mount{Op: jailwire.OpBind, Source: cfg.ControlDir, Target: guest.ControlMount, Flags: "nosuid,nodev,noexec"})
 	add(tmp(cfg.TmpBytes))
 	add(dev()...)
 	add(proc()...)
@@ -217,7 +182,7 @@ func Plan(cfg Config, host HostFS) ([]Mount, error) {
 // under /usr/share) plus the closure's store paths, the generated /etc, the
 // writable and read-only directories at their own paths, and a /dev that
 // also holds the hypervisor's device nodes, owned by its uid.
-func execPlan(cfg Config, host HostFS) ([]Mount, error) {
+func execPlan(cfg Config, host HostFS) ([]jailwire.Mount, error) {
 	x := cfg.Exec
 	switch {
 	case cfg.Workspace != "" || cfg.ControlDir != "":
@@ -250,8 +215,8 @@ func execPlan(cfg Config, host HostFS) ([]Mount, error) {
 		return nil, fmt.Errorf("jail plan: exec working directory %q is not in a writable bind %q", x.Dir, x.Writable)
 	}
 
-	var p []Mount
-	add := func(m ...Mount) { p = append(p, m...) }
+	var p []jailwire.Mount
+	add := func(m ...jailwire.Mount) { p = append(p, m...) }
 	ms, err := hostRoot(host)
 	if err != nil {
 		return nil, err
@@ -267,10 +232,10 @@ func execPlan(cfg Config, host HostFS) ([]Mount, error) {
 	add(etc(cfg, host, true)...)
 	add(tmp(cfg.TmpBytes))
 	for _, d := range x.ReadOnly {
-		add(Mount{Op: OpBind, Source: d, Target: d, ReadOnly: true, Flags: "nosuid,nodev"})
+		add(jailwire.Mount{Op: jailwire.OpBind, Source: d, Target: d, ReadOnly: true, Flags: "nosuid,nodev"})
 	}
 	for _, d := range x.Writable {
-		add(Mount{Op: OpBind, Source: d, Target: d, Flags: "nosuid,nodev"})
+		add(jailwire.Mount{Op: jailwire.OpBind, Source: d, Target: d, Flags: "nosuid,nodev"})
 	}
 	add(dev()...)
 	for _, d := range HypervisorDevices {
@@ -278,7 +243,7 @@ func execPlan(cfg Config, host HostFS) ([]Mount, error) {
 		if err != nil || fi.Mode()&fs.ModeCharDevice == 0 {
 			continue
 		}
-		add(Mount{Op: OpDevice, Source: d, Target: d, Mode: 0o600, UID: x.UID, GID: x.GID})
+		add(jailwire.Mount{Op: jailwire.OpDevice, Source: d, Target: d, Mode: 0o600, UID: x.UID, GID: x.GID})
 	}
 	add(proc()...)
 	return p, nil
@@ -286,60 +251,60 @@ func execPlan(cfg Config, host HostFS) ([]Mount, error) {
 
 // etc is the generated /etc, plus the host's linker cache and alternatives
 // when the root has the host's /usr.
-func etc(cfg Config, host HostFS, hostUsr bool) []Mount {
-	p := []Mount{{Op: OpDir, Target: "/etc", Mode: 0o755},
-		{Op: OpFile, Target: "/etc/passwd", Data: etcPasswd, Mode: 0o644},
-		{Op: OpFile, Target: "/etc/group", Data: etcGroup, Mode: 0o644},
-		{Op: OpFile, Target: "/etc/hosts", Data: etcHosts, Mode: 0o644},
-		{Op: OpFile, Target: "/etc/hostname", Data: cfg.Hostname + "\n", Mode: 0o644},
-		{Op: OpFile, Target: "/etc/nsswitch.conf", Data: etcNsswitch, Mode: 0o644}}
+func etc(cfg Config, host HostFS, hostUsr bool) []jailwire.Mount {
+	p := []jailwire.Mount{{Op: jailwire.OpDir, Target: "/etc", Mode: 0o755},
+		{Op: jailwire.OpFile, Target: "/etc/passwd", Data: etcPasswd, Mode: 0o644},
+		{Op: jailwire.OpFile, Target: "/etc/group", Data: etcGroup, Mode: 0o644},
+		{Op: jailwire.OpFile, Target: "/etc/hosts", Data: etcHosts, Mode: 0o644},
+		{Op: jailwire.OpFile, Target: "/etc/hostname", Data: cfg.Hostname + "\n", Mode: 0o644},
+		{Op: jailwire.OpFile, Target: "/etc/nsswitch.conf", Data: etcNsswitch, Mode: 0o644}}
 	if cfg.ResolvConf != "" {
 		p[len(p)-1].Data = strings.Replace(etcNsswitch, "hosts: files\n", "hosts: files dns\n", 1)
-		p = append(p, Mount{Op: OpFile, Target: "/etc/resolv.conf", Data: cfg.ResolvConf, Mode: 0o644})
+		p = append(p, jailwire.Mount{Op: jailwire.OpFile, Target: "/etc/resolv.conf", Data: cfg.ResolvConf, Mode: 0o644})
 	}
 	if hostUsr {
 		for _, e := range hostEtcBinds {
 			if _, err := host.Lstat(e); err == nil {
-				p = append(p, Mount{Op: OpBind, Source: e, Target: e, ReadOnly: true, Flags: "nosuid,nodev"})
+				p = append(p, jailwire.Mount{Op: jailwire.OpBind, Source: e, Target: e, ReadOnly: true, Flags: "nosuid,nodev"})
 			}
 		}
 	}
 	return p
 }
 
-func tmp(size int64) Mount {
+func tmp(size int64) jailwire.Mount {
 	data := "mode=1777"
 	if size > 0 {
 		data += fmt.Sprintf(",size=%d", size)
 	}
-	return Mount{Op: OpTmpfs, Target: "/tmp", Data: data, Flags: "nosuid,nodev"}
+	return jailwire.Mount{Op: jailwire.OpTmpfs, Target: "/tmp", Data: data, Flags: "nosuid,nodev"}
 }
 
 // dev is the minimal /dev. It is not nodev: an exec-mode jail makes its
 // device nodes in it.
-func dev() []Mount {
-	p := []Mount{{Op: OpTmpfs, Target: "/dev", Data: "mode=755,size=65536", Flags: "nosuid,noexec"}}
+func dev() []jailwire.Mount {
+	p := []jailwire.Mount{{Op: jailwire.OpTmpfs, Target: "/dev", Data: "mode=755,size=65536", Flags: "nosuid,noexec"}}
 	for _, d := range devices {
-		p = append(p, Mount{Op: OpBind, Source: "/dev/" + d, Target: "/dev/" + d, Flags: "nosuid,noexec"})
+		p = append(p, jailwire.Mount{Op: jailwire.OpBind, Source: "/dev/" + d, Target: "/dev/" + d, Flags: "nosuid,noexec"})
 	}
 	return append(p,
-		Mount{Op: OpDevpts, Target: "/dev/pts", Data: "newinstance,ptmxmode=0666,mode=0620", Flags: "nosuid,noexec"},
-		Mount{Op: OpSymlink, Source: "pts/ptmx", Target: "/dev/ptmx"},
-		Mount{Op: OpTmpfs, Target: "/dev/shm", Data: "mode=1777", Flags: "nosuid,nodev,noexec"},
-		Mount{Op: OpSymlink, Source: "/proc/self/fd", Target: "/dev/fd"},
-		Mount{Op: OpSymlink, Source: "/proc/self/fd/0", Target: "/dev/stdin"},
-		Mount{Op: OpSymlink, Source: "/proc/self/fd/1", Target: "/dev/stdout"},
-		Mount{Op: OpSymlink, Source: "/proc/self/fd/2", Target: "/dev/stderr"})
+		jailwire.Mount{Op: jailwire.OpDevpts, Target: "/dev/pts", Data: "newinstance,ptmxmode=0666,mode=0620", Flags: "nosuid,noexec"},
+		jailwire.Mount{Op: jailwire.OpSymlink, Source: "pts/ptmx", Target: "/dev/ptmx"},
+		jailwire.Mount{Op: jailwire.OpTmpfs, Target: "/dev/shm", Data: "mode=1777", Flags: "nosuid,nodev,noexec"},
+		jailwire.Mount{Op: jailwire.OpSymlink, Source: "/proc/self/fd", Target: "/dev/fd"},
+		jailwire.Mount{Op: jailwire.OpSymlink, Source: "/proc/self/fd/0", Target: "/dev/stdin"},
+		jailwire.Mount{Op: jailwire.OpSymlink, Source: "/proc/self/fd/1", Target: "/dev/stdout"},
+		jailwire.Mount{Op: jailwire.OpSymlink, Source: "/proc/self/fd/2", Target: "/dev/stderr"})
 }
 
 // proc is a fresh /proc with runc's masked and read-only paths.
-func proc() []Mount {
-	p := []Mount{{Op: OpProc, Target: "/proc", Flags: "nosuid,nodev,noexec"}}
+func proc() []jailwire.Mount {
+	p := []jailwire.Mount{{Op: jailwire.OpProc, Target: "/proc", Flags: "nosuid,nodev,noexec"}}
 	for _, m := range maskedPaths {
-		p = append(p, Mount{Op: OpMask, Target: m})
+		p = append(p, jailwire.Mount{Op: jailwire.OpMask, Target: m})
 	}
 	for _, r := range readonlyPaths {
-		p = append(p, Mount{Op: OpRdonly, Target: r})
+		p = append(p, jailwire.Mount{Op: jailwire.OpRdonly, Target: r})
 	}
 	return p
 }
@@ -347,9 +312,9 @@ func proc() []Mount {
 // hostRoot binds the host's system directories. A usr-merge symlink such as
 // /bin -> usr/bin stays a symlink when it points into a directory that is
 // bound anyway; any other symlinked directory is bound at its own name.
-func hostRoot(host HostFS) ([]Mount, error) {
-	var p []Mount
-	var links []Mount
+func hostRoot(host HostFS) ([]jailwire.Mount, error) {
+	var p []jailwire.Mount
+	var links []jailwire.Mount
 	bound := map[string]bool{}
 	for _, d := range hostRootDirs {
 		fi, err := host.Lstat(d)
@@ -365,9 +330,9 @@ func hostRoot(host HostFS) ([]Mount, error) {
 			if err != nil {
 				return nil, fmt.Errorf("jail plan: %w", err)
 			}
-			links = append(links, Mount{Op: OpSymlink, Source: target, Target: d})
+			links = append(links, jailwire.Mount{Op: jailwire.OpSymlink, Source: target, Target: d})
 		case fi.IsDir():
-			p = append(p, Mount{Op: OpBind, Source: d, Target: d, ReadOnly: true, Flags: "nosuid,nodev"})
+			p = append(p, jailwire.Mount{Op: jailwire.OpBind, Source: d, Target: d, ReadOnly: true, Flags: "nosuid,nodev"})
 			bound[d] = true
 		}
 	}
@@ -389,7 +354,7 @@ func hostRoot(host HostFS) ([]Mount, error) {
 		if err != nil || !fi.IsDir() {
 			continue // dangling or not a directory: leave it out
 		}
-		p = append(p, Mount{Op: OpBind, Source: abs, Target: l.Target, ReadOnly: true, Flags: "nosuid,nodev"})
+		p = append(p, jailwire.Mount{Op: jailwire.OpBind, Source: abs, Target: l.Target, ReadOnly: true, Flags: "nosuid,nodev"})
 	}
 	return p, nil
 }
@@ -405,10 +370,10 @@ func under(p string, dirs map[string]bool) bool {
 
 // closureRoot binds the store paths and links /bin/sh and /usr/bin/env to
 // the environment's, when it has them.
-func closureRoot(paths []string, env string, host HostFS) ([]Mount, error) {
+func closureRoot(paths []string, env string, host HostFS) ([]jailwire.Mount, error) {
 	sorted := append([]string(nil), paths...)
 	sort.Strings(sorted)
-	p := []Mount{{Op: OpDir, Target: "/nix/store", Mode: 0o755}}
+	p := []jailwire.Mount{{Op: jailwire.OpDir, Target: "/nix/store", Mode: 0o755}}
 	hasEnv := false
 	for i, sp := range sorted {
 		if i > 0 && sorted[i-1] == sp {
@@ -420,7 +385,7 @@ func closureRoot(paths []string, env string, host HostFS) ([]Mount, error) {
 		if sp == env {
 			hasEnv = true
 		}
-		p = append(p, Mount{Op: OpBind, Source: sp, Target: sp, ReadOnly: true, Flags: "nosuid,nodev"})
+		p = append(p, jailwire.Mount{Op: jailwire.OpBind, Source: sp, Target: sp, ReadOnly: true, Flags: "nosuid,nodev"})
 	}
 	if env == "" {
 		return p, nil
@@ -428,10 +393,10 @@ func closureRoot(paths []string, env string, host HostFS) ([]Mount, error) {
 	if !hasEnv {
 		return nil, fmt.Errorf("jail plan: env path %s is not one of the closure paths", env)
 	}
-	p = append(p, Mount{Op: OpDir, Target: "/bin", Mode: 0o755}, Mount{Op: OpDir, Target: "/usr/bin", Mode: 0o755})
+	p = append(p, jailwire.Mount{Op: jailwire.OpDir, Target: "/bin", Mode: 0o755}, jailwire.Mount{Op: jailwire.OpDir, Target: "/usr/bin", Mode: 0o755})
 	for _, l := range []struct{ name, link string }{{"sh", "/bin/sh"}, {"env", "/usr/bin/env"}} {
 		if _, err := host.Lstat(env + "/bin/" + l.name); err == nil {
-			p = append(p, Mount{Op: OpSymlink, Source: env + "/bin/" + l.name, Target: l.link})
+			p = append(p, jailwire.Mount{Op: jailwire.OpSymlink, Source: env + "/bin/" + l.name, Target: l.link})
 		}
 	}
 	return p, nil

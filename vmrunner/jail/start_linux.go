@@ -18,23 +18,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// InitArg is the hidden first argument that makes the agent binary the
-// jail's init; InitProtocol numbers the protocol between Start and the
-// init (see jailwire).
-const (
-	InitArg      = jailwire.InitArg
-	InitProtocol = jailwire.InitProtocol
-)
-
 // helloTimeout bounds the wait for the init's hello: a binary that is not
 // an agent of this protocol may never say anything.
 const helloTimeout = 10 * time.Second
-
-// Hello is the init's half of the version handshake (jailwire.Hello).
-type Hello = jailwire.Hello
-
-// OurHello is this binary's hello.
-func OurHello() Hello { return jailwire.OurHello() }
 
 // encodedConfig is the jailwire.ChildConfig as JSON, or why it could not be made.
 type encodedConfig struct {
@@ -131,7 +117,7 @@ func Start(cfg Config) (*Process, error) {
 		statR.Close()
 		return nil, fmt.Errorf("start jail: %w", err)
 	}
-	cmd := exec.Command(initPath, InitArg)
+	cmd := exec.Command(initPath, jailwire.InitArg)
 	cmd.Args[0] = "agentsandbox-init"
 	cmd.ExtraFiles = []*os.File{cfgR, statW, netnsFile} // fds 3, 4, 5
 	cmd.Env = []string{

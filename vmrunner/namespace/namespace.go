@@ -252,12 +252,12 @@ func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec) (*launched
 
 // Rlimits are a step's resource limits in its jail: the default descriptor
 // limits, and no file larger than the step's disk.
-func Rlimits(r workflow.Resources) jail.Rlimits {
+func Rlimits(r workflow.Resources) jailwire.Rlimits {
 	disk := r.Disk
 	if disk <= 0 {
 		disk = workflow.DefaultDisk
 	}
-	return jail.Rlimits{FSize: uint64(disk)}
+	return jailwire.Rlimits{FSize: uint64(disk)}
 }
 
 // stepSeccomp is the default seccomp filter with the step's allowances.

@@ -65,6 +65,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
+	"github.com/agentsandbox/agentsandbox/vmrunner/jail/jailwire"
 	"github.com/agentsandbox/agentsandbox/vmrunner/sandbox"
 	"github.com/agentsandbox/agentsandbox/vmrunner/seccomp"
 	"github.com/agentsandbox/agentsandbox/workflow"
@@ -568,12 +569,12 @@ func startEgress(ns any, spec vmrunner.StepSpec, ri RunnerInfo) error {
 // job's files in the workspace) is the guest's doing, so no one file may
 // grow past the step's disk; qemu's memfd guest memory (microvm.nix backs
 // 9p shares with it) is a file too, hence the guest memory on top.
-func HypervisorRlimits(r workflow.Resources) jail.Rlimits {
+func HypervisorRlimits(r workflow.Resources) jailwire.Rlimits {
 	disk := r.Disk
 	if disk <= 0 {
 		disk = workflow.DefaultDisk
 	}
-	return jail.Rlimits{FSize: uint64(disk + hypervisorMemory(r))}
+	return jailwire.Rlimits{FSize: uint64(disk + hypervisorMemory(r))}
 }
 
 // ConsoleLogHead and ConsoleLogTail are how much of a guest's console the
@@ -681,7 +682,7 @@ func storePathOf(p string) string {
 // documentation); the caller adds the netns and the console. Share sources
 // are bound at their own paths, where the working directory's links point.
 func jailConfig(spec vmrunner.StepSpec, ri RunnerInfo, accel, workDir, rootDir string, closure []string) jail.Config {
-	x := &jail.ExecSpec{
+	x := &jailwire.ExecSpec{
 		Argv:     runnerCommand(ri.Dir),
 		Env:      runnerEnv(accel),
 		Dir:      workDir,

@@ -8,8 +8,7 @@
 // It is a leaf: it imports the standard library, golang.org/x/sys/unix and
 // the project's guest and vmrunner/seccomp/compiled packages only, since
 // the init, and so the static agent that links it, imports it too.
-// vmrunner/jail re-exports these types under their old names (jail.Mount,
-// jail.Rlimits, jail.ExecSpec, jail.Hello, ...).
+// vmrunner/jail and its callers name these types here.
 package jailwire
 
 import (
