@@ -40,13 +40,13 @@ echo 'nameserver %[2]s' > /etc/resolv.conf
 type watchedEgress struct {
 	*gateway.Gateway
 	mu    sync.Mutex
-	room  vmrunner.EgressRoom
+	room  netns.EgressRoom
 	tap   string
 	qdisc netlink.Qdisc
 	err   error
 }
 
-func (w *watchedEgress) Start(room vmrunner.EgressRoom, tap string) error {
+func (w *watchedEgress) Start(room netns.EgressRoom, tap string) error {
 	w.mu.Lock()
 	w.room, w.tap = room, tap
 	w.mu.Unlock()

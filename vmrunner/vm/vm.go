@@ -547,7 +547,7 @@ func startEgress(ns any, spec vmrunner.StepSpec, ri RunnerInfo) error {
 			"rebuild the step's runner from this workflow (nixgen gives it the one tap %s)", spec.Runner, len(ri.Taps), ri.Taps, microvm.TapID)
 	}
 	tap := ri.Taps[0]
-	room, ok := ns.(vmrunner.EgressRoom)
+	room, ok := ns.(netns.EgressRoom)
 	if !ok {
 		return fmt.Errorf("the step's network namespace (%T) cannot hold egress", ns)
 	}
