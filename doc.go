@@ -45,15 +45,15 @@
 //     backends), vmrunner/sandbox (a step's host lifecycle), and the
 //     backends vmrunner/namespace and vmrunner/vm (which also probes KVM).
 //   - netns: network namespaces, veth/tap, tc, the step's nftables.
-//   - egress/dns, egress/proxy, egress/gateway: a step's resolver and
+//   - netns/egress/dns, netns/egress/proxy, netns/egress/gateway: a step's resolver and
 //     proxy, served by the host inside the step's namespace;
 //     egress/hostaddr: the host's own addresses, which the proxy refuses.
 //   - inputs: fetching and checksumming workflow inputs.
 //   - guest/agent: the job runner of the agent (cmd/agentsandbox-guest),
 //     PID 1 of every sandbox: the VM and the namespace jail.
-//   - internal/jobfs: the one way the host reads what a job controls
+//   - fsx/jobfs: the one way the host reads what a job controls
 //     (beneath a root, never through a symlink, bounded).
-//   - internal/atomicfile: whole-file writes (temp file, rename).
+//   - fsx/atomicfile: whole-file writes (temp file, rename).
 //
 // Test support lives under internal/: runnertest (the conformance suite
 // every backend passes), fakebackend (a backend that runs nothing),

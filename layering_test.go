@@ -18,7 +18,7 @@ var pureCore = []string{"workflow", "policy", "nixgen", "templates", "record"}
 
 // pureCoreExact are pure packages whose subpackages are not: guest is the
 // protocol, guest/agent the agent that makes the system calls; egress is
-// the rules and decisions, egress/dns and egress/proxy the servers that
+// the rules and decisions, netns/egress/dns and netns/egress/proxy the servers that
 // enforce them.
 var pureCoreExact = []string{"guest", "egress"}
 
@@ -129,7 +129,7 @@ var below = []struct {
 	forbidden []string
 	why       string
 }{
-	{[]string{"vmrunner/...", "netns/...", "inputs/...", "nixbuild/...", "guest/...", "internal/jobfs/..."},
+	{[]string{"vmrunner/...", "netns/...", "inputs/...", "nixbuild/...", "guest/...", "fsx/jobfs/..."},
 		[]string{module + "/engine", module + "/cmd"},
 		"the engine and the commands call the sandboxes, never the other way"},
 	{[]string{"nixbuild/..."},
@@ -202,7 +202,7 @@ var lowLevel = []struct {
 		"cgroup imports nothing above it: the runner, the backends and the engine use it, never the other way"},
 	{"vmrunner/hoststate",
 		// egress is the pure core whose addresses netns's firewall uses.
-		[]string{module + "/netns", module + "/egress", module + "/vmrunner/cgroup", module + "/vmrunner/wsquota", module + "/internal/atomicfile"},
+		[]string{module + "/netns", module + "/egress", module + "/vmrunner/cgroup", module + "/vmrunner/wsquota", module + "/fsx/atomicfile"},
 		"the state, naming and gc room drives the mechanisms below it and imports no backend, sandbox or runner"},
 }
 

@@ -2,7 +2,7 @@ package vmrunner
 
 import "github.com/agentsandbox/agentsandbox/netns"
 
-// Egress is a step's network egress (egress/gateway.Gateway): the
+// Egress is a step's network egress (netns/egress/gateway.Gateway): the
 // firewall, resolver and proxy of its room. A backend starts it once the
 // step's network namespace (and, for a VM, its tap) exists and before the
 // job can run, and stops it once the job has ended and before the

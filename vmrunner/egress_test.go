@@ -1,8 +1,8 @@
 package vmrunner_test
 
 import (
-	"github.com/agentsandbox/agentsandbox/egress/gateway"
 	"github.com/agentsandbox/agentsandbox/netns"
+	"github.com/agentsandbox/agentsandbox/netns/egress/gateway"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 )
 

@@ -33,8 +33,8 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
+	"github.com/agentsandbox/agentsandbox/fsx/jobfs"
 	"github.com/agentsandbox/agentsandbox/guest"
-	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"

@@ -56,8 +56,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/fsx/jobfs"
 	"github.com/agentsandbox/agentsandbox/guest"
-	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 	"github.com/agentsandbox/agentsandbox/microvm"
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/nixbuild"

@@ -1,7 +1,7 @@
 // Package gateway is one step's egress, put together: the firewall in the
 // step's network namespace (netns.SetupEgress), the step's resolver
-// (egress/dns) and the transparent proxy with its HTTP(S)_PROXY endpoint
-// (egress/proxy), all listening inside the namespace and owned by the
+// (netns/egress/dns) and the transparent proxy with its HTTP(S)_PROXY endpoint
+// (netns/egress/proxy), all listening inside the namespace and owned by the
 // host process that runs the step, and the audit log they write.
 //
 // A backend starts a Gateway once the step's namespace (and a VM's tap)
@@ -23,9 +23,9 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
-	"github.com/agentsandbox/agentsandbox/egress/dns"
-	"github.com/agentsandbox/agentsandbox/egress/proxy"
 	"github.com/agentsandbox/agentsandbox/netns"
+	"github.com/agentsandbox/agentsandbox/netns/egress/dns"
+	"github.com/agentsandbox/agentsandbox/netns/egress/proxy"
 )
 
 // Ports inside every step's namespace. The namespace is the step's own,

@@ -14,7 +14,7 @@
 // Nothing is ever resolved upstream, and no answer comes from outside the
 // step's rules. A job therefore cannot carry data out in the names it asks
 // for (DNS tunnelling through a recursive resolver), and the answers tell it
-// nothing about the outside: the transparent proxy (egress/proxy) maps the
+// nothing about the outside: the transparent proxy (netns/egress/proxy) maps the
 // private address back to the name, judges the connection and resolves the
 // name itself at dial time.
 //
