@@ -309,6 +309,10 @@ var lowLevel = []struct {
 	allowed []string
 	why     string
 }{
+	{"fsx/...", nil,
+		"the file-system helpers are used by every layer, the pure core included, and import nothing of the module"},
+	{"microvm", []string{module + "/guest", module + "/workflow"},
+		"the runner contract knows the protocol and the workflow's types, nothing of the generator or the host"},
 	{"vmrunner/cgroup", nil,
 		"cgroup imports nothing above it: the runner, the backends and the engine use it, never the other way"},
 	{"vmrunner/hoststate",
