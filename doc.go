@@ -4,7 +4,7 @@
 // Data flows one way:
 //
 //	workflow.yaml → workflow → engine (resolve → policy → nixgen + nixbuild →
-//	                            inputs → vmrunner + egress) → record
+//	                            inputs → vmrunner + netns) → record
 //
 // Two callers share the engine: the CLI (apply, rerun, records) and the
 // server (serve: REST and MCP), which also keeps long-lived sandboxes.
@@ -21,7 +21,12 @@
 //   - guest: the job.json / result.json and session protocols between host
 //     and agent; guest/mux: many streams over one channel (a VM's
 //     virtio-serial port).
-//   - egress: the rules a step's network is judged by, the audit log.
+//   - egress: the rules a step's network is judged by, the audit log;
+//     egress/hostaddr: the host's own addresses, which the proxy refuses.
+//   - microvm: the contract of the microVM runner, which nixgen writes and
+//     the vm backend reads (names in the VM's working directory, the
+//     session channel's qemu arguments, the tap, the hypervisors the
+//     backend runs; an unsupported one is refused before any build).
 //
 // The application layer:
 //   - engine: one run end to end (resolve isolation, admit, realise, fetch
@@ -44,24 +49,34 @@
 //     names, state files and gc of what steps leave on the host, for both
 //     backends), vmrunner/sandbox (a step's host lifecycle), and the
 //     backends vmrunner/namespace and vmrunner/vm (which also probes KVM).
-//   - netns: network namespaces, veth/tap, tc, the step's nftables.
-//   - egress/dns, egress/proxy, egress/gateway: a step's resolver and
-//     proxy, served by the host inside the step's namespace;
-//     egress/hostaddr: the host's own addresses, which the proxy refuses.
+//   - netns: the network room: network namespaces, veth/tap, tc, the
+//     step's nftables; netns/egress/dns, netns/egress/proxy and
+//     netns/egress/gateway (the two and the firewall put together): a
+//     step's resolver and proxy, served by the host inside the step's
+//     namespace, enforcing what egress decides.
 //   - inputs: fetching and checksumming workflow inputs.
 //   - guest/agent: the job runner of the agent (cmd/agentsandbox-guest),
 //     PID 1 of every sandbox: the VM and the namespace jail.
-//   - internal/jobfs: the one way the host reads what a job controls
-//     (beneath a root, never through a symlink, bounded).
-//   - internal/atomicfile: whole-file writes (temp file, rename).
 //
-// Test support lives under internal/: runnertest (the conformance suite
-// every backend passes), fakebackend (a backend that runs nothing),
-// vmfixture (a real kernel, initramfs and microvm.nix-shaped runner),
-// testtier (the visible test tiers), testnet (a small internet in a
-// network namespace), fakesandboxes (an in-memory sandbox manager, and
-// fakeserve), serverproc (server processes for client tests), otlptest (an
-// OTLP receiver).
+// Helpers every layer uses, pure core included, which import nothing of
+// the module (fsx: file-system helpers):
+//   - fsx/jobfs: the one way the host reads what a job controls
+//     (beneath a root, never through a symlink, bounded).
+//   - fsx/atomicfile: whole-file writes (temp file, rename).
+//
+// Test support lives under internal/, and only there: runnertest (the
+// conformance suite every backend passes), fakebackend (a backend that
+// runs nothing), vmfixture (a real kernel, initramfs and
+// microvm.nix-shaped runner), testtier (the visible test tiers), testnet
+// (a small internet in a network namespace), fakesandboxes (an in-memory
+// sandbox manager, and fakeserve), serverproc (server processes for
+// client tests), otlptest (an OTLP receiver), nartest (NARs written token
+// by token), tenancytest (the check that a server keeps its tenants
+// apart).
+//
+// Each top-level folder is one room: layering_test.go checks the rules
+// above per package and per folder, and that the folders the two commands
+// link import each other without a cycle.
 //
 // Commands: cmd/agentsandbox (the CLI, one file per command) and
 // cmd/agentsandbox-guest (the static guest agent). Hand-written NixOS

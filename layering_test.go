@@ -13,14 +13,16 @@ import (
 
 const module = "github.com/agentsandbox/agentsandbox"
 
-// pureCore may never reach the privileged edge, not even indirectly.
-var pureCore = []string{"workflow", "policy", "nixgen", "templates", "record"}
+// pureCore are folders of the pure core: every package in them, to the
+// last subfolder, may never reach the privileged edge, not even
+// indirectly. egress is the rules and decisions of a step's egress (its
+// servers live with the network room, netns/egress); microvm is the runner
+// contract nixgen and the vm backend share.
+var pureCore = []string{"workflow", "policy", "nixgen", "templates", "record", "egress", "microvm"}
 
 // pureCoreExact are pure packages whose subpackages are not: guest is the
-// protocol, guest/agent the agent that makes the system calls; egress is
-// the rules and decisions, egress/dns and egress/proxy the servers that
-// enforce them.
-var pureCoreExact = []string{"guest", "egress"}
+// protocol, guest/agent the agent that makes the system calls.
+var pureCoreExact = []string{"guest"}
 
 // edge are the project's privileged packages: the pure core may not reach
 // them by any path.
@@ -129,7 +131,7 @@ var below = []struct {
 	forbidden []string
 	why       string
 }{
-	{[]string{"vmrunner/...", "netns/...", "inputs/...", "nixbuild/...", "guest/...", "internal/jobfs/..."},
+	{[]string{"vmrunner/...", "netns/...", "inputs/...", "nixbuild/...", "guest/...", "fsx/jobfs/..."},
 		[]string{module + "/engine", module + "/cmd"},
 		"the engine and the commands call the sandboxes, never the other way"},
 	{[]string{"nixbuild/..."},
@@ -138,6 +140,9 @@ var below = []struct {
 	{[]string{"netns/..."},
 		[]string{module + "/vmrunner"},
 		"the network room is below the sandboxes that use it"},
+	{[]string{"vmrunner/..."},
+		[]string{module + "/nixgen"},
+		"the runner contract (names in the VM's directory, the tap, qemu's arguments, the hypervisors) is microvm's; the backends never ask the generator"},
 	{[]string{"guest/..."},
 		[]string{module + "/vmrunner", module + "/netns", module + "/nixgen", module + "/policy"},
 		"the agent knows the protocol and nothing of the host"},
@@ -160,18 +165,10 @@ func TestImportsPointOneWay(t *testing.T) {
 	}
 }
 
-// testSupport are packages only tests may import.
-var testSupport = []string{
-	module + "/internal/runnertest",
-	module + "/internal/fakebackend",
-	module + "/internal/vmfixture",
-	module + "/internal/testtier",
-	module + "/internal/testnet",
-	module + "/internal/fakesandboxes",
-	module + "/internal/serverproc",
-	module + "/internal/otlptest",
-	module + "/internal/nartest",
-}
+// testSupport is the folder of test support: every package under
+// internal/ is one, and only tests may import them. Product helpers live
+// elsewhere (fsx/ for the file-system helpers every layer uses).
+var testSupport = []string{module + "/internal"}
 
 // TestTestSupportOnlyInTests: no product package imports test support
 // (go list's Imports leaves out _test.go files); test support may import
@@ -183,10 +180,124 @@ func TestTestSupportOnlyInTests(t *testing.T) {
 		}
 		for _, imp := range p.Imports {
 			if matches(imp, testSupport) {
-				t.Errorf("%s imports test support %s: move what it needs into a product package, or the use into a _test.go file", p.ImportPath, imp)
+				t.Errorf("%s imports test support %s: move what it needs into a product package (out of internal/), or the use into a _test.go file", p.ImportPath, imp)
 			}
 		}
 	}
+}
+
+// TestNoFolderHoldsBoth: a package whose own (non-test) files import
+// "testing" is test support, and test support lives under internal/ and
+// nowhere else; so no top-level folder holds both product code and test
+// support. (TestTestSupportOnlyInTests keeps product code out of
+// internal/: a package there that product code imports is a product
+// helper in the wrong room.)
+func TestNoFolderHoldsBoth(t *testing.T) {
+	kinds := map[string]map[bool][]string{} // top-level folder -> test support? -> packages
+	for _, p := range goList(t, "./...") {
+		support := matches(p.ImportPath, testSupport) || slices.Contains(p.Imports, "testing")
+		if support && !matches(p.ImportPath, testSupport) {
+			t.Errorf("%s is test support (it imports \"testing\" outside its _test.go files) in a product folder: move it under internal/", p.ImportPath)
+		}
+		f := topFolder(p.ImportPath)
+		if kinds[f] == nil {
+			kinds[f] = map[bool][]string{}
+		}
+		kinds[f][support] = append(kinds[f][support], p.ImportPath)
+	}
+	for f, k := range kinds {
+		if len(k[true]) > 0 && len(k[false]) > 0 {
+			t.Errorf("folder %s holds product code %v and test support %v: keep test support under internal/ and product code out of it", f, k[false], k[true])
+		}
+	}
+}
+
+// topFolder is the top-level folder of a package of the module ("." for
+// the module's own package).
+func topFolder(path string) string {
+	rel, ok := strings.CutPrefix(path, module+"/")
+	if !ok {
+		return "."
+	}
+	f, _, _ := strings.Cut(rel, "/")
+	return f
+}
+
+// TestLinkedFoldersHaveNoCycle: the top-level folders of every package
+// the two commands link import each other without a cycle, so each folder
+// is a room above or below another, never both. An import inside a folder
+// does not count.
+func TestLinkedFoldersHaveNoCycle(t *testing.T) {
+	// why[a][b] are the imports that make folder a import folder b.
+	why := map[string]map[string][]string{}
+	for _, p := range goList(t, "-deps", "./cmd/agentsandbox", "./cmd/agentsandbox-guest") {
+		if !matches(p.ImportPath, []string{module}) {
+			continue
+		}
+		from := topFolder(p.ImportPath)
+		for _, imp := range p.Imports {
+			if to := topFolder(imp); matches(imp, []string{module}) && to != from {
+				if why[from] == nil {
+					why[from] = map[string][]string{}
+				}
+				why[from][to] = append(why[from][to], strings.TrimPrefix(p.ImportPath, module+"/")+" imports "+strings.TrimPrefix(imp, module+"/"))
+			}
+		}
+	}
+	for _, cycle := range folderCycles(why) {
+		var imports []string
+		for i := range len(cycle) - 1 {
+			imports = append(imports, why[cycle[i]][cycle[i+1]]...)
+		}
+		t.Errorf("top-level folders %s form a cycle, through %d imports: %s; move the package that points up into the room it serves (or what it needs into the room below)",
+			strings.Join(cycle, " -> "), len(imports), strings.Join(imports, "; "))
+	}
+}
+
+// folderCycles finds a cycle through every folder that lies on one (a
+// depth-first search; each cycle is reported once, from the folder where
+// the search closed it), as a path whose last element is its first.
+func folderCycles(edges map[string]map[string][]string) [][]string {
+	var folders []string
+	for f := range edges {
+		folders = append(folders, f)
+	}
+	slices.Sort(folders)
+	const (
+		unseen = iota
+		open
+		done
+	)
+	state := map[string]int{}
+	var stack []string
+	var cycles [][]string
+	var visit func(f string)
+	visit = func(f string) {
+		state[f] = open
+		stack = append(stack, f)
+		var next []string
+		for g := range edges[f] {
+			next = append(next, g)
+		}
+		slices.Sort(next)
+		for _, g := range next {
+			switch state[g] {
+			case unseen:
+				visit(g)
+			case open:
+				i := slices.Index(stack, g)
+				cycles = append(cycles, append(slices.Clone(stack[i:]), g))
+			}
+		}
+		stack = stack[:len(stack)-1]
+		state[f] = done
+	}
+	for _, f := range folders {
+		if state[f] == unseen {
+			visit(f)
+		}
+	}
+	return cycles
 }
 
 // lowLevel lists packages low in the privileged edge and every package of
@@ -198,11 +309,15 @@ var lowLevel = []struct {
 	allowed []string
 	why     string
 }{
+	{"fsx/...", nil,
+		"the file-system helpers are used by every layer, the pure core included, and import nothing of the module"},
+	{"microvm", []string{module + "/guest", module + "/workflow"},
+		"the runner contract knows the protocol and the workflow's types, nothing of the generator or the host"},
 	{"vmrunner/cgroup", nil,
 		"cgroup imports nothing above it: the runner, the backends and the engine use it, never the other way"},
 	{"vmrunner/hoststate",
 		// egress is the pure core whose addresses netns's firewall uses.
-		[]string{module + "/netns", module + "/egress", module + "/vmrunner/cgroup", module + "/vmrunner/wsquota", module + "/internal/atomicfile"},
+		[]string{module + "/netns", module + "/egress", module + "/vmrunner/cgroup", module + "/vmrunner/wsquota", module + "/fsx/atomicfile"},
 		"the state, naming and gc room drives the mechanisms below it and imports no backend, sandbox or runner"},
 }
 

@@ -4,7 +4,7 @@
 // for allowed names, and the audit log's entries.
 //
 // It makes no system calls and opens no sockets. The resolver
-// (egress/dns), the transparent proxy (egress/proxy) and the firewall in
+// (netns/egress/dns), the transparent proxy (netns/egress/proxy) and the firewall in
 // the step's network namespace (netns) enforce what it decides.
 //
 // A connection is decided in this order, and the first match wins:

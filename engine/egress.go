@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
-	"github.com/agentsandbox/agentsandbox/egress/gateway"
+	"github.com/agentsandbox/agentsandbox/netns/egress/gateway"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )

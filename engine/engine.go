@@ -35,7 +35,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
+	"github.com/agentsandbox/agentsandbox/fsx/atomicfile"
 	"io"
 	"io/fs"
 	"maps"
@@ -46,8 +46,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/fsx/jobfs"
 	"github.com/agentsandbox/agentsandbox/guest"
-	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 	"github.com/agentsandbox/agentsandbox/nixbuild"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"

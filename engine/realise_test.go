@@ -28,7 +28,7 @@ func TestRealiseAttrs(t *testing.T) {
 	}{
 		{true, vmQ, "packages.x86_64-linux." + name(vmQ), true},
 		{false, vmQ, "legacyPackages.x86_64-linux.tcgRunners." + name(vmQ), true},
-		{false, vmCH, "packages.x86_64-linux." + name(vmCH), true}, // no emulation: the backend refuses it with a clear error
+		{false, vmCH, "packages.x86_64-linux." + name(vmCH), true}, // no emulation; refuse stops it before any build (microvm.CheckHypervisor)
 		{false, ns, "legacyPackages.x86_64-linux.stepEnvs." + name(ns), false},
 	}
 	for _, c := range cases {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
+	"github.com/agentsandbox/agentsandbox/microvm"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -92,7 +93,9 @@ func admit(ctx context.Context, o Options, plan *workflow.Workflow, emit func(Ev
 // cannot run. It comes after admission, so that what the policy denies
 // (open egress, egress on a namespace step where a team requires vm) is
 // reported as a denial. Egress rules the proxy cannot enforce ("*", which
-// the default policy denies) are refused here, never opened.
+// the default policy denies) are refused here, never opened, and so is a
+// vm step whose hypervisor the vm backend does not run (the schema accepts
+// cloud-hypervisor and firecracker), before its runner is built.
 func refuse(steps []workflow.Step, o Options) error {
 	for _, s := range steps {
 		if s.Network.HasEgress() {
@@ -102,6 +105,13 @@ func refuse(steps []workflow.Step, o Options) error {
 		}
 		if s.Isolation == workflow.IsolationNamespace && len(s.Packages) > 0 && !o.Host.Nix {
 			return fmt.Errorf("step %q lists packages %q, which need Nix, and Nix is not installed: %w", s.Name, s.Packages, ErrNoNix)
+		}
+		if s.Isolation == workflow.IsolationVM {
+			// Before the build: a runner for a hypervisor the vm backend
+			// does not run would be built only to be refused at launch.
+			if err := microvm.CheckHypervisor(s.Hypervisor); err != nil {
+				return fmt.Errorf("step %q: %w", s.Name, err)
+			}
 		}
 		if o.Backends[s.Isolation] == nil {
 			return fmt.Errorf("step %q: %s isolation is not available on this host%s", s.Name, s.Isolation, o.Host.why(s.Isolation))

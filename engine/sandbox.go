@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
-	"github.com/agentsandbox/agentsandbox/egress/gateway"
+	"github.com/agentsandbox/agentsandbox/fsx/atomicfile"
 	"github.com/agentsandbox/agentsandbox/guest"
-	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
+	"github.com/agentsandbox/agentsandbox/netns/egress/gateway"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
@@ -33,7 +33,7 @@ type Sandbox struct {
 	// Decision is the policy's admission of the sandbox.
 	Decision *policy.Decision
 	// Workspace is the host directory mounted at /workspace: the files
-	// API reads and writes it beneath its root (internal/jobfs).
+	// API reads and writes it beneath its root (fsx/jobfs).
 	Workspace string
 	Session   vmrunner.Session
 

@@ -58,7 +58,7 @@ import (
 
 	getter "github.com/hashicorp/go-getter/v2"
 
-	"github.com/agentsandbox/agentsandbox/internal/jobfs"
+	"github.com/agentsandbox/agentsandbox/fsx/jobfs"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )

@@ -15,6 +15,9 @@
 // namespace; no thread of the caller enters it for that. Listen and
 // ListenPacket open the proxy's and the resolver's sockets inside it, and
 // OriginalDst tells the proxy where a redirected connection was going.
+// The servers of the room live beside it, in netns/egress: the resolver
+// (dns), the transparent proxy (proxy) and the gateway that starts the
+// firewall and both in a namespace (EgressRoom is what it needs of one).
 //
 // Namespace switches are per OS thread. Create and Do run on a fresh goroutine
 // locked to its thread and switch back before unlocking; if switching back

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agentsandbox/agentsandbox/microvm"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -33,7 +34,7 @@ type Environment struct {
 	// (cloud-hypervisor) or "volumes" (firecracker).
 	Shares string `json:"shares"`
 	// WorkspaceMiB is the size of firecracker's workspace volume
-	// (resources.disk, at least MinWorkspaceImageMiB); 0 with shares, where
+	// (resources.disk, at least microvm.MinWorkspaceImageMiB); 0 with shares, where
 	// the disk quota is the host's business.
 	WorkspaceMiB int `json:"workspaceMiB,omitempty"`
 	// Allow is the step's network.allow in the workflow's canonical
@@ -154,8 +155,8 @@ func EnvironmentOf(s *workflow.Step) (Environment, error) {
 	case workflow.HypervisorFirecracker:
 		e.Shares = SharesVolumes
 		e.WorkspaceMiB = int((s.Resources.Disk + 1<<20 - 1) >> 20)
-		if e.WorkspaceMiB < MinWorkspaceImageMiB {
-			e.WorkspaceMiB = MinWorkspaceImageMiB
+		if e.WorkspaceMiB < microvm.MinWorkspaceImageMiB {
+			e.WorkspaceMiB = microvm.MinWorkspaceImageMiB
 		}
 	default:
 		return e, fmt.Errorf("hypervisor %q is not supported; use %q, %q or %q", s.Hypervisor,

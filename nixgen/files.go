@@ -2,7 +2,7 @@ package nixgen
 
 import (
 	"fmt"
-	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
+	"github.com/agentsandbox/agentsandbox/fsx/atomicfile"
 	"os"
 	"path/filepath"
 	"strings"

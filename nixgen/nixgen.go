@@ -21,33 +21,6 @@ const (
 	DefaultSystem       = "x86_64-linux"
 )
 
-// Names of things in the VM's working directory. microvm-run resolves every
-// relative path against its current directory, so the VM runner starts it in
-// a directory of its own holding these entries.
-const (
-	// ControlSocket is microvm.socket, the hypervisor's control socket;
-	// with it the runner has bin/microvm-shutdown.
-	ControlSocket = "vm.sock"
-	// SessionSocket is the host end of a qemu VM's session channel: the
-	// unix socket of the chardev behind the virtio-serial port
-	// guest.SessionPort (SessionQemuArgs), which qemu listens on.
-	SessionSocket = "session.sock"
-	// ControlSource and WorkspaceSource are the share sources (qemu 9p,
-	// cloud-hypervisor virtiofs): the control directory and the workspace,
-	// as entries (directories, binds or symlinks) of the working directory.
-	ControlSource   = "control"
-	WorkspaceSource = "workspace"
-	// ControlImage and WorkspaceImage are firecracker's volume images (it
-	// has no shares): ext4 images the runner prepares from the control
-	// directory and the workspace before boot and reads back afterwards.
-	ControlImage   = "control.img"
-	WorkspaceImage = "workspace.img"
-	// ControlImageMiB is the size of the control volume.
-	ControlImageMiB = 64
-	// MinWorkspaceImageMiB is the smallest workspace volume.
-	MinWorkspaceImageMiB = 256
-)
-
 // Guest network addressing on the step's tap link, inside the step's own
 // network namespace (so every step can use the same addresses): the
 // egress room's (package egress). The netns code gives the tap
@@ -248,29 +221,6 @@ func nixpkgsInput(n *workflow.Nixpkgs) nixpkgsData {
 	}
 	return nixpkgsData{URL: String(n.Ref + sep + "narHash=" + n.NarHash)}
 }
-
-// SessionQemuArgs are the qemu arguments of a VM's session channel
-// (agentsandbox serve): a chardev listening on SessionSocket (relative:
-// in the VM's working directory), a virtio-serial controller of devType
-// ("pci" for microvm.nix's runners with shares, "device" for virtio-mmio)
-// and on it the port guest.SessionPort, which the agent serves.
-func SessionQemuArgs(devType string) []string {
-	return []string{
-		"-chardev", "socket,id=asbsession,path=" + SessionSocket + ",server=on,wait=off",
-		"-device", "virtio-serial-" + devType + ",id=asbserial",
-		"-device", "virtserialport,bus=asbserial.0,chardev=asbsession,name=" + guest.SessionPort,
-	}
-}
-
-// TapID is the host-side name of the tap interface of every environment
-// with egress. Each step runs in a network namespace of its own, so one name
-// serves all of them and the image does not depend on the step.
-const TapID = "asb-tap0"
-
-// GuestMAC is the guest's MAC address on the tap: locally administered,
-// unicast, the rest GuestAddress (198.18.0.2). Like the addresses, it is the
-// same in every step's own network namespace.
-const GuestMAC = "02:00:c6:12:00:02"
 
 // MemMiB converts a memory quota in bytes to microvm.mem, in MiB rounded up.
 // Exactly 2048 MiB is known to hang qemu (microvm.nix), so with qemu it

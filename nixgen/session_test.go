@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/agentsandbox/agentsandbox/guest"
+	"github.com/agentsandbox/agentsandbox/microvm"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -17,8 +18,8 @@ func TestSessionChannelArgs(t *testing.T) {
 		"-device", "virtio-serial-pci,id=asbserial",
 		"-device", "virtserialport,bus=asbserial.0,chardev=asbsession,name=" + guest.SessionPort,
 	}
-	if got := SessionQemuArgs("pci"); !reflect.DeepEqual(got, want) {
-		t.Errorf("SessionQemuArgs(pci) = %q, want %q", got, want)
+	if got := microvm.SessionQemuArgs("pci"); !reflect.DeepEqual(got, want) {
+		t.Errorf("microvm.SessionQemuArgs(pci) = %q, want %q", got, want)
 	}
 	seen := map[string]bool{}
 	for name, w := range examples(t) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/agentsandbox/agentsandbox/microvm"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -104,7 +105,7 @@ func envFor(h EnvHash, e Environment) (stepData, flakeStep, error) {
 		VCPU:       strconv.Itoa(e.VCPU),
 		Mem:        strconv.Itoa(e.MemMiB),
 		MemBumped:  e.MemMiB == 2049 && e.Hypervisor == string(workflow.HypervisorQEMU),
-		Socket:     String(ControlSocket),
+		Socket:     String(microvm.ControlSocket),
 		Packages:   pkgs,
 		Control:    String(guestConstants.ControlMount),
 		Workspace:  String(guestConstants.WorkspaceMount),
@@ -115,31 +116,31 @@ func envFor(h EnvHash, e Environment) (stepData, flakeStep, error) {
 		// microvm.nix's qemu runner uses PCI devices once a VM has
 		// shares (lib/runners/qemu.nix: requirePci), and every qemu
 		// environment has the two 9p shares.
-		for _, a := range SessionQemuArgs("pci") {
+		for _, a := range microvm.SessionQemuArgs("pci") {
 			sd.SessionArgs = append(sd.SessionArgs, String(a))
 		}
 	}
 	switch e.Shares {
 	case Shares9p:
 		sd.Shares = []shareData{
-			share9p(guestConstants.ControlTag, ControlSource, guestConstants.ControlMount),
-			share9p(guestConstants.WorkspaceTag, WorkspaceSource, guestConstants.WorkspaceMount),
+			share9p(guestConstants.ControlTag, microvm.ControlSource, guestConstants.ControlMount),
+			share9p(guestConstants.WorkspaceTag, microvm.WorkspaceSource, guestConstants.WorkspaceMount),
 		}
 	case SharesVirtiofs:
 		sd.Shares = []shareData{
-			shareVirtiofs(guestConstants.ControlTag, ControlSource, guestConstants.ControlMount),
-			shareVirtiofs(guestConstants.WorkspaceTag, WorkspaceSource, guestConstants.WorkspaceMount),
+			shareVirtiofs(guestConstants.ControlTag, microvm.ControlSource, guestConstants.ControlMount),
+			shareVirtiofs(guestConstants.WorkspaceTag, microvm.WorkspaceSource, guestConstants.WorkspaceMount),
 		}
 	case SharesVolumes:
 		sd.Volumes = []volumeData{
-			{Image: String(ControlImage), MountPoint: String(guestConstants.ControlMount), Label: String(guestConstants.ControlTag), Size: strconv.Itoa(ControlImageMiB)},
-			{Image: String(WorkspaceImage), MountPoint: String(guestConstants.WorkspaceMount), Label: String(guestConstants.WorkspaceTag), Size: strconv.Itoa(e.WorkspaceMiB)},
+			{Image: String(microvm.ControlImage), MountPoint: String(guestConstants.ControlMount), Label: String(guestConstants.ControlTag), Size: strconv.Itoa(microvm.ControlImageMiB)},
+			{Image: String(microvm.WorkspaceImage), MountPoint: String(guestConstants.WorkspaceMount), Label: String(guestConstants.WorkspaceTag), Size: strconv.Itoa(e.WorkspaceMiB)},
 		}
 	default:
 		return sd, fs, fmt.Errorf("environment %s: shares %q are not %q, %q or %q", h.Name(), e.Shares, Shares9p, SharesVirtiofs, SharesVolumes)
 	}
 	if len(e.Allow) > 0 {
-		sd.Tap = &tapData{ID: String(TapID), MAC: String(GuestMAC)}
+		sd.Tap = &tapData{ID: String(microvm.TapID), MAC: String(microvm.GuestMAC)}
 		for _, a := range e.Allow {
 			r, err := parseAllow(a)
 			if err != nil {

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
+	"github.com/agentsandbox/agentsandbox/fsx/atomicfile"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/nix-community/go-nix/pkg/nar"
 
-	"github.com/agentsandbox/agentsandbox/internal/jobfs"
+	"github.com/agentsandbox/agentsandbox/fsx/jobfs"
 )
 
 func BenchmarkEncode(b *testing.B) {

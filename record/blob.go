@@ -4,7 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
+	"github.com/agentsandbox/agentsandbox/fsx/atomicfile"
 	"hash"
 	"io"
 	"io/fs"
@@ -234,7 +234,7 @@ func (s *Store) VerifyBlob(d Digest) error {
 //
 // PutNAR is for paths the host controls (fetched inputs): it follows
 // symlinks in path's parents. What a job controls is serialised through
-// internal/jobfs and stored with PutNARFunc.
+// fsx/jobfs and stored with PutNARFunc.
 func (s *Store) PutNAR(path string) (NarHash, int64, error) {
 	if _, err := os.Lstat(path); err != nil {
 		return NarHash{}, 0, fmt.Errorf("put nar: %w", err)

@@ -13,7 +13,7 @@
 //
 // Restores (RestoreNAR, Export) write through a RestoreDir, which must
 // resolve every path beneath its directory without following a symlink;
-// internal/jobfs.Restorer is the one that does, with openat2. A NAR must be
+// fsx/jobfs.Restorer is the one that does, with openat2. A NAR must be
 // a well-formed tree, and a record whose outputs nest or leave their
 // directory is refused (OutputLayout).
 //

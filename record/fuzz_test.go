@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/agentsandbox/agentsandbox/internal/jobfs"
+	"github.com/agentsandbox/agentsandbox/fsx/jobfs"
 	nt "github.com/agentsandbox/agentsandbox/internal/nartest"
 )
 

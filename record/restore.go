@@ -23,7 +23,7 @@ import (
 //
 // The record package does not import the system calls this takes
 // (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, renameat2
-// RENAME_NOREPLACE); internal/jobfs.Restorer implements it.
+// RENAME_NOREPLACE); fsx/jobfs.Restorer implements it.
 type RestoreDir interface {
 	// Exists reports whether rel exists; a symlink on the way is an error.
 	Exists(rel string) (bool, error)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentsandbox/agentsandbox/internal/jobfs"
+	"github.com/agentsandbox/agentsandbox/fsx/jobfs"
 	nt "github.com/agentsandbox/agentsandbox/internal/nartest"
 )
 

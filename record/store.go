@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
+	"github.com/agentsandbox/agentsandbox/fsx/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"

@@ -13,14 +13,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/fsx/jobfs"
 	"github.com/agentsandbox/agentsandbox/guest"
-	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 )
 
 // The files API works on the sandbox's workspace on the host, beneath its
-// root and never through a symlink (internal/jobfs): the job controls
+// root and never through a symlink (fsx/jobfs): the job controls
 // everything in it. Paths are workspace-relative and slash-separated.
 
 // cleanPath checks an API path: relative, no "..", no NUL, within the

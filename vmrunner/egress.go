@@ -1,29 +1,16 @@
 package vmrunner
 
-import (
-	"net"
+import "github.com/agentsandbox/agentsandbox/netns"
 
-	"github.com/agentsandbox/agentsandbox/netns"
-)
-
-// EgressRoom is what a step's egress needs of its network namespace:
-// *netns.NS is the real one.
-type EgressRoom interface {
-	SetupEgress(e netns.Egress) error
-	Listen(network, address string) (net.Listener, error)
-	ListenPacket(network, address string) (net.PacketConn, error)
-	EgressCounters() (netns.EgressCounters, error)
-}
-
-// Egress is a step's network egress (egress/gateway.Gateway): the
+// Egress is a step's network egress (netns/egress/gateway.Gateway): the
 // firewall, resolver and proxy of its room. A backend starts it once the
 // step's network namespace (and, for a VM, its tap) exists and before the
 // job can run, and stops it once the job has ended and before the
 // namespace is deleted. A step without network.allow has none.
 type Egress interface {
-	// Start opens the room: tap is the VM's tap in the namespace, or ""
-	// for a namespace jail.
-	Start(room EgressRoom, tap string) error
+	// Start opens the room (the step's namespace, netns.EgressRoom): tap
+	// is the VM's tap in the namespace, or "" for a namespace jail.
+	Start(room netns.EgressRoom, tap string) error
 	// Stop closes every connection, logs it, and reads the firewall's
 	// drop counters. It is safe to call without Start and more than once.
 	Stop() error

@@ -3,8 +3,8 @@ package vmrunner
 import (
 	"fmt"
 
+	"github.com/agentsandbox/agentsandbox/fsx/jobfs"
 	"github.com/agentsandbox/agentsandbox/guest"
-	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -30,7 +30,7 @@ func ThrottleWorkspace(l *cgroup.Limits, r workflow.Resources, workspace string,
 // status is then a failure, whatever the sandbox's own exit status says.
 //
 // The sandbox could write anything there, so it is read as the job's: through
-// internal/jobfs (a regular file, not through a symlink), at most
+// fsx/jobfs (a regular file, not through a symlink), at most
 // guest.MaxResultSize bytes, and decoded strictly (guest.ParseResult).
 func ReadResult(controlDir string) (guest.Result, bool, error) {
 	root, err := jobfs.Open(controlDir)

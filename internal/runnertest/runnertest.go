@@ -46,12 +46,12 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
-	"github.com/agentsandbox/agentsandbox/egress/gateway"
 	"github.com/agentsandbox/agentsandbox/engine"
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/testnet"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/netns"
+	"github.com/agentsandbox/agentsandbox/netns/egress/gateway"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"

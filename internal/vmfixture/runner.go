@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/agentsandbox/agentsandbox/nixgen"
+	"github.com/agentsandbox/agentsandbox/microvm"
 )
 
 // AccelRef is the -accel value the fixture's microvm-run passes: the ACCEL
@@ -95,7 +95,7 @@ func (r Runner) QemuArgs(accel string) []string {
 			"-device", fmt.Sprintf("virtio-9p-device,fsdev=fs%d,mount_tag=%s", i, s.Tag),
 		)
 	}
-	args = append(args, nixgen.SessionQemuArgs("device")...)
+	args = append(args, microvm.SessionQemuArgs("device")...)
 	for _, n := range r.Interfaces {
 		netdev := "tap,id=" + n.ID + ",ifname=" + n.ID + ",script=no,downscript=no"
 		if r.TapMultiQueue() {

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
+	"github.com/agentsandbox/agentsandbox/fsx/atomicfile"
 )
 
 // DefaultDir holds one state file per running step. It is under /run

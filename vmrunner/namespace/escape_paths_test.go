@@ -3,7 +3,7 @@ package namespace
 // Escape tests for what the host reads of a job (issue 11, first class):
 // root tier, end to end through this backend and engine.Run. Each
 // attack got through before the host read a job's outputs, logs and
-// result through internal/jobfs:
+// result through fsx/jobfs:
 //   - an output declared through a symlinked parent made the host store a
 //     root-only file or directory of its own;
 //   - the same output, through a needs edge, was copied into the next

@@ -33,8 +33,9 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
+	"github.com/agentsandbox/agentsandbox/fsx/jobfs"
 	"github.com/agentsandbox/agentsandbox/guest"
-	"github.com/agentsandbox/agentsandbox/internal/jobfs"
+	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
@@ -217,7 +218,7 @@ func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec) (*launched
 
 	resolv := ""
 	if spec.Egress != nil {
-		room, ok := sb.NS.(vmrunner.EgressRoom)
+		room, ok := sb.NS.(netns.EgressRoom)
 		if !ok {
 			return j, fmt.Errorf("the step's network namespace (%T) cannot hold egress", sb.NS)
 		}

@@ -35,7 +35,7 @@ func (r fakeRoom) SetBandwidth(link string, bps uint64) error {
 // fakeEgress writes down Start and Stop.
 type fakeEgress struct{ log *strings.Builder }
 
-func (e fakeEgress) Start(room vmrunner.EgressRoom, tap string) error {
+func (e fakeEgress) Start(room netns.EgressRoom, tap string) error {
 	fmt.Fprintf(e.log, "start %q\n", tap)
 	return nil
 }

@@ -12,12 +12,13 @@ import (
 	"testing"
 
 	"github.com/agentsandbox/agentsandbox/egress"
-	"github.com/agentsandbox/agentsandbox/egress/gateway"
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/runnertest"
 	"github.com/agentsandbox/agentsandbox/internal/testnet"
 	"github.com/agentsandbox/agentsandbox/internal/vmfixture"
+	"github.com/agentsandbox/agentsandbox/microvm"
 	"github.com/agentsandbox/agentsandbox/netns"
+	"github.com/agentsandbox/agentsandbox/netns/egress/gateway"
 	"github.com/agentsandbox/agentsandbox/nixgen"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/vishvananda/netlink"
@@ -39,13 +40,13 @@ echo 'nameserver %[2]s' > /etc/resolv.conf
 type watchedEgress struct {
 	*gateway.Gateway
 	mu    sync.Mutex
-	room  vmrunner.EgressRoom
+	room  netns.EgressRoom
 	tap   string
 	qdisc netlink.Qdisc
 	err   error
 }
 
-func (w *watchedEgress) Start(room vmrunner.EgressRoom, tap string) error {
+func (w *watchedEgress) Start(room netns.EgressRoom, tap string) error {
 	w.mu.Lock()
 	w.room, w.tap = room, tap
 	w.mu.Unlock()
@@ -84,7 +85,7 @@ func rootQdisc(ns *netns.NS, link string) (netlink.Qdisc, error) {
 }
 
 // TestEgressFromGuest boots the fixture guest with the tap a generated
-// runner has (nixgen.TapID, nixgen.GuestMAC) and gives the step a gateway
+// runner has (microvm.TapID, microvm.GuestMAC) and gives the step a gateway
 // whose upstream is testnet's made-up internet. The guest's root configures
 // eth0 as the NixOS guest module does and fetches with busybox wget: the
 // allowed name is answered through the proxy; a name allowed on another
@@ -123,7 +124,7 @@ exit 0
 	s.Step.Network.Allow = allow
 	s.Step.Resources.Bandwidth = 10_000_000 // bits per second
 	s.Egress = eg
-	tapRunner(t, &s, vmfixture.Interface{ID: nixgen.TapID, MAC: nixgen.GuestMAC})
+	tapRunner(t, &s, vmfixture.Interface{ID: microvm.TapID, MAC: microvm.GuestMAC})
 	res := runnertest.RunStep(t, checked{t: t, b: newBackend(t, Options{})}, s)
 	console := runnertest.ReadLog(t, s, ConsoleLog)
 	if res.Status != vmrunner.StatusSucceeded {
@@ -140,8 +141,8 @@ exit 0
 		t.Errorf("allowed fetch got %q, want testnet's answer", got)
 	}
 
-	if eg.tap != nixgen.TapID {
-		t.Errorf("egress started on tap %q, want %q", eg.tap, nixgen.TapID)
+	if eg.tap != microvm.TapID {
+		t.Errorf("egress started on tap %q, want %q", eg.tap, microvm.TapID)
 	}
 	if tbf, ok := eg.qdisc.(*netlink.Tbf); !ok || tbf.Rate != 10_000_000/8 {
 		t.Errorf("the tap's root qdisc = %#v (%v), want a tbf at %d bytes/s", eg.qdisc, eg.err, 10_000_000/8)
@@ -196,7 +197,7 @@ exit 0
 // module's network setup (guestNetScript, as the guest's root) before the
 // job's command.
 func egressSpec(t *testing.T, s *vmrunner.StepSpec) {
-	tapRunner(t, s, vmfixture.Interface{ID: nixgen.TapID, MAC: nixgen.GuestMAC})
+	tapRunner(t, s, vmfixture.Interface{ID: microvm.TapID, MAC: microvm.GuestMAC})
 	s.Job.UID, s.Job.GID = 0, 0
 	s.Job.Command = append([]string{"sh", "-c", guestNetScript + `exec "$@"`, "sh"}, s.Job.Command...)
 }

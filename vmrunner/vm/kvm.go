@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
+	"github.com/agentsandbox/agentsandbox/fsx/atomicfile"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 )
 

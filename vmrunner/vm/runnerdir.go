@@ -22,7 +22,7 @@ type RunnerInfo struct {
 	HasShutdown   bool     // bin/microvm-shutdown exists
 	HasVirtiofsd  bool     // bin/virtiofsd-run exists
 	// HasSessionPort: microvm-run gives the guest the session channel's
-	// port (nixgen.SessionQemuArgs), which VM sandboxes need.
+	// port (microvm.SessionQemuArgs), which VM sandboxes need.
 	HasSessionPort bool
 	// AccelFromEnv: microvm-run takes -accel from $ACCEL (the fixture's
 	// runners), so the backend chooses; otherwise BakedAccel is what the

@@ -11,7 +11,7 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/guest/mux"
-	"github.com/agentsandbox/agentsandbox/nixgen"
+	"github.com/agentsandbox/agentsandbox/microvm"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/workflow"
 	"golang.org/x/sys/unix"
@@ -59,7 +59,7 @@ func (b *Backend) OpenSession(ctx context.Context, spec vmrunner.StepSpec) (vmru
 // Open starts a session: it creates the sandbox and starts the VM exactly
 // as Run does (state file, netns and taps, cgroup, egress, working
 // directory, the runner in its jail), connects to the runner's session
-// channel (nixgen.SessionSocket in the VM's working directory, which
+// channel (microvm.SessionSocket in the VM's working directory, which
 // qemu listens on) and waits until the agent answers a ping, within the
 // start bound of the accelerator. spec.Job must be a session job
 // (Session true, no command), already written to the control directory
@@ -170,13 +170,13 @@ func dialSession(workDir string, hvUID int) (net.Conn, error) {
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
-	if err := unix.Fstatat(fd, nixgen.SessionSocket, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return nil, fmt.Errorf("find the session channel %s in %s: %w", nixgen.SessionSocket, workDir, err)
+	if err := unix.Fstatat(fd, microvm.SessionSocket, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, fmt.Errorf("find the session channel %s in %s: %w", microvm.SessionSocket, workDir, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return nil, fmt.Errorf("%s in %s is not a socket (mode %o): refusing it", nixgen.SessionSocket, workDir, st.Mode)
+		return nil, fmt.Errorf("%s in %s is not a socket (mode %o): refusing it", microvm.SessionSocket, workDir, st.Mode)
 	}
-	path := "/proc/self/fd/" + strconv.Itoa(fd) + "/" + nixgen.SessionSocket
+	path := "/proc/self/fd/" + strconv.Itoa(fd) + "/" + microvm.SessionSocket
 	c, cred, err := vmrunner.DialPeer(path)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the session channel in %s: %w", workDir, err)

@@ -16,7 +16,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/guest/mux"
 	"github.com/agentsandbox/agentsandbox/internal/runnertest"
-	"github.com/agentsandbox/agentsandbox/nixgen"
+	"github.com/agentsandbox/agentsandbox/microvm"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -131,7 +131,7 @@ func TestSessionInVM(t *testing.T) {
 	if u, err := s.Usage(); err != nil || u.CPUTime <= 0 {
 		t.Errorf("usage %+v, %v", u, err)
 	}
-	if _, err := os.Lstat(filepath.Join(s.l.r.workDir, nixgen.SessionSocket)); err != nil {
+	if _, err := os.Lstat(filepath.Join(s.l.r.workDir, microvm.SessionSocket)); err != nil {
 		t.Errorf("the session channel's socket: %v", err)
 	}
 
@@ -277,7 +277,7 @@ func TestDialSessionChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, nixgen.SessionSocket)
+	sock := filepath.Join(dir, microvm.SessionSocket)
 	other := filepath.Join(dir, "other.sock")
 	if err := os.Symlink(other, sock); err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@
 //
 // Open (session.go) starts the same VM for a session job and keeps it: the
 // agent serves commands over the session channel, a virtio-serial port
-// whose host end is qemu's unix socket nixgen.SessionSocket in the
+// whose host end is qemu's unix socket microvm.SessionSocket in the
 // working directory, multiplexed by guest/mux; Stop ends it and removes
 // what Run removes.
 package vm
@@ -56,11 +56,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/fsx/jobfs"
 	"github.com/agentsandbox/agentsandbox/guest"
-	"github.com/agentsandbox/agentsandbox/internal/jobfs"
+	"github.com/agentsandbox/agentsandbox/microvm"
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/nixbuild"
-	"github.com/agentsandbox/agentsandbox/nixgen"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
@@ -342,7 +342,7 @@ type run struct {
 // removal.
 func removeWorkDir(workDir string) error {
 	var errs []error
-	for _, n := range []string{"control", "workspace"} {
+	for _, n := range []string{microvm.ControlSource, microvm.WorkspaceSource} {
 		if err := os.Remove(filepath.Join(workDir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("remove VM working directory: %w", err))
 		}
@@ -428,8 +428,12 @@ func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec, res *vmrun
 		return nil, err
 	}
 	switch {
-	case ri.Hypervisor != string(workflow.HypervisorQEMU):
-		return nil, fmt.Errorf("runner %s uses hypervisor %q: this backend runs qemu runners only so far", spec.Runner, ri.Hypervisor)
+	case ri.Hypervisor == "":
+		return nil, fmt.Errorf("runner %s names no hypervisor in share/microvm/hypervisor: is it a microvm.nix runner?", spec.Runner)
+	case microvm.CheckHypervisor(workflow.Hypervisor(ri.Hypervisor)) != nil:
+		// The engine refuses a step's hypervisor before the build
+		// (engine.refuse); this runner was built for another one.
+		return nil, fmt.Errorf("runner %s: %w", spec.Runner, microvm.CheckHypervisor(workflow.Hypervisor(ri.Hypervisor)))
 	case ri.HasVirtiofsd:
 		return nil, fmt.Errorf("runner %s has virtiofs shares: not supported yet, use 9p shares", spec.Runner)
 	}
@@ -538,13 +542,13 @@ func startEgress(ns any, spec vmrunner.StepSpec, ri RunnerInfo) error {
 	case 1:
 	case 0:
 		return fmt.Errorf("the step has network.allow, and runner %s has no tap interface (share/microvm/tap-interfaces) to carry it: "+
-			"the runner was built without egress; rebuild the step's runner from this workflow (nixgen gives a step with network.allow the tap %s)", spec.Runner, nixgen.TapID)
+			"the runner was built without egress; rebuild the step's runner from this workflow (nixgen gives a step with network.allow the tap %s)", spec.Runner, microvm.TapID)
 	default:
 		return fmt.Errorf("the step has network.allow, and runner %s has %d tap interfaces %q: egress serves exactly one; "+
-			"rebuild the step's runner from this workflow (nixgen gives it the one tap %s)", spec.Runner, len(ri.Taps), ri.Taps, nixgen.TapID)
+			"rebuild the step's runner from this workflow (nixgen gives it the one tap %s)", spec.Runner, len(ri.Taps), ri.Taps, microvm.TapID)
 	}
 	tap := ri.Taps[0]
-	room, ok := ns.(vmrunner.EgressRoom)
+	room, ok := ns.(netns.EgressRoom)
 	if !ok {
 		return fmt.Errorf("the step's network namespace (%T) cannot hold egress", ns)
 	}
@@ -724,8 +728,8 @@ const JailTmpBytes = 16 << 20
 // the relative 9p share sources of every runner.
 func linkShares(workDir string, spec vmrunner.StepSpec) error {
 	for _, l := range []struct{ name, target string }{
-		{"control", spec.ControlDir},
-		{"workspace", spec.Workspace},
+		{microvm.ControlSource, spec.ControlDir},
+		{microvm.WorkspaceSource, spec.Workspace},
 	} {
 		abs, err := filepath.Abs(l.target)
 		if err != nil {
@@ -1037,7 +1041,7 @@ func (r *run) shutdown(ri RunnerInfo, graceful bool) {
 
 // qmpSocket finds the runner's control socket: the socket microvm-run
 // creates in the VM's working directory that is not the session channel's
-// (nixgen.SessionSocket).
+// (microvm.SessionSocket).
 func (r *run) qmpSocket() string {
 	ents, err := os.ReadDir(r.workDir)
 	if err != nil {
@@ -1045,7 +1049,7 @@ func (r *run) qmpSocket() string {
 	}
 	var socks []string
 	for _, e := range ents {
-		if e.Type()&fs.ModeSocket != 0 && e.Name() != nixgen.SessionSocket {
+		if e.Type()&fs.ModeSocket != 0 && e.Name() != microvm.SessionSocket {
 			socks = append(socks, filepath.Join(r.workDir, e.Name()))
 		}
 	}

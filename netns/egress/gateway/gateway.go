@@ -1,12 +1,14 @@
 // Package gateway is one step's egress, put together: the firewall in the
 // step's network namespace (netns.SetupEgress), the step's resolver
-// (egress/dns) and the transparent proxy with its HTTP(S)_PROXY endpoint
-// (egress/proxy), all listening inside the namespace and owned by the
+// (netns/egress/dns) and the transparent proxy with its HTTP(S)_PROXY endpoint
+// (netns/egress/proxy), all listening inside the namespace and owned by the
 // host process that runs the step, and the audit log they write.
 //
 // A backend starts a Gateway once the step's namespace (and a VM's tap)
-// exists and stops it when the job has ended (vmrunner.Egress); the engine
-// stores Log as a blob and names it in the step's record.
+// exists and stops it when the job has ended (it implements the runner's
+// vmrunner.Egress, which it does not import: the network room sits below
+// the runner); the engine stores Log as a blob and names it in the step's
+// record.
 package gateway
 
 import (
@@ -21,10 +23,9 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
-	"github.com/agentsandbox/agentsandbox/egress/dns"
-	"github.com/agentsandbox/agentsandbox/egress/proxy"
 	"github.com/agentsandbox/agentsandbox/netns"
-	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/netns/egress/dns"
+	"github.com/agentsandbox/agentsandbox/netns/egress/proxy"
 )
 
 // Ports inside every step's namespace. The namespace is the step's own,
@@ -66,7 +67,8 @@ type Config struct {
 	OnConn func(egress.Conn)
 }
 
-// Gateway is one step's running egress. It implements vmrunner.Egress.
+// Gateway is one step's running egress. It implements vmrunner.Egress
+// (vmrunner/egress_test.go checks it).
 type Gateway struct {
 	cfg    Config
 	mapper *egress.Mapper
@@ -77,14 +79,12 @@ type Gateway struct {
 	dropped int // lines not kept past MaxLogBytes
 	started bool
 	stopped bool
-	room    vmrunner.EgressRoom
+	room    netns.EgressRoom
 	proxy   *proxy.Proxy
 	dns     *dns.Server
 	serving sync.WaitGroup
 	errs    []error
 }
-
-var _ vmrunner.Egress = (*Gateway)(nil)
 
 // New returns a gateway for cfg; nothing runs until Start.
 func New(cfg Config) (*Gateway, error) {
@@ -108,7 +108,7 @@ func (g *Gateway) Rules() *egress.Rules { return g.live.Load() }
 // Start sets up the firewall in room and starts the resolver and the
 // proxy on listeners made inside it. On error everything it started is
 // stopped again.
-func (g *Gateway) Start(room vmrunner.EgressRoom, tap string) (err error) {
+func (g *Gateway) Start(room netns.EgressRoom, tap string) (err error) {
 	g.mu.Lock()
 	if g.started {
 		g.mu.Unlock()

@@ -1,4 +1,5 @@
-// Package proxy is the egress proxy the host runs for one step: every TCP
+// Package proxy is the egress proxy the host runs for one step, one of
+// the servers of the network room (netns/egress): every TCP
 // connection the job opens (loopback aside) is redirected by the step's
 // firewall to a listener the host made inside the step's network
 // namespace, and this package accepts it there, decides it with

@@ -1,5 +1,6 @@
-// Package dns is a step's own DNS resolver. It runs inside the step's
-// network namespace (the caller creates its UDP and TCP sockets there, on
+// Package dns is a step's own DNS resolver, one of the servers of the
+// network room (netns/egress). It runs inside the step's network
+// namespace (the caller creates its UDP and TCP sockets there, on
 // egress.Gateway port 53, and hands them to Server.Serve) and answers from
 // the step's egress rules alone:
 //
@@ -14,9 +15,9 @@
 // Nothing is ever resolved upstream, and no answer comes from outside the
 // step's rules. A job therefore cannot carry data out in the names it asks
 // for (DNS tunnelling through a recursive resolver), and the answers tell it
-// nothing about the outside: the transparent proxy (egress/proxy) maps the
-// private address back to the name, judges the connection and resolves the
-// name itself at dial time.
+// nothing about the outside: the transparent proxy (netns/egress/proxy)
+// maps the private address back to the name, judges the connection and
+// resolves the name itself at dial time.
 //
 // Every query is passed to Server.Log as one egress.Query, up to
 // Server.MaxLogged per step; one last line then counts the queries that
