@@ -46,6 +46,7 @@ type proc struct {
 	over    atomic.Bool // the pid is reaped: it may be reused, signals stop
 
 	outR, errR *os.File
+	sinks      [2]func(io.Reader) error // started by wait
 	copiers    sync.WaitGroup
 	outErrs    [2]error
 }
@@ -68,7 +69,8 @@ type procEnd struct {
 }
 
 // startProc starts job (which must be valid) through the reaper r, with
-// its streams wired as pio says. The job runs in a new process group and,
+// its streams wired as pio says; its output is read once wait is called,
+// which the caller must do. The job runs in a new process group and,
 // when the agent is root, as job.UID:job.GID with no supplementary groups
 // (sysProcAttr). On an error nothing runs and nothing stays open.
 func startProc(r *reaper, job guest.Job, pio procIO) (_ *proc, err error) {
@@ -125,16 +127,7 @@ func startProc(r *reaper, job guest.Job, pio procIO) (_ *proc, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("start %s in %s as %d:%d: %w", argv0, job.Workdir, job.UID, job.GID, err)
 	}
-	p.copiers.Add(2)
-	for i, c := range []struct {
-		r    *os.File
-		sink func(io.Reader) error
-	}{{p.outR, pio.Stdout}, {p.errR, pio.Stderr}} {
-		go func() {
-			defer p.copiers.Done()
-			p.outErrs[i] = c.sink(c.r)
-		}()
-	}
+	p.sinks = [2]func(io.Reader) error{pio.Stdout, pio.Stderr}
 	return p, nil
 }
 
@@ -164,6 +157,15 @@ func (p *proc) terminate() <-chan time.Time {
 // closed.
 func (p *proc) wait(ctx context.Context, abort <-chan struct{}) procEnd {
 	end := procEnd{Started: p.started, ExitCode: -1}
+	// The output is read from here on, so that a session's "started"
+	// event, sent before wait, comes before any of it.
+	p.copiers.Add(2)
+	for i, r := range []*os.File{p.outR, p.errR} {
+		go func() {
+			defer p.copiers.Done()
+			p.outErrs[i] = p.sinks[i](r)
+		}()
+	}
 	var timeout <-chan time.Time
 	if p.job.TimeoutMS > 0 {
 		t := time.NewTimer(time.Duration(p.job.TimeoutMS) * time.Millisecond)

@@ -4,10 +4,12 @@ package agent
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -161,4 +163,29 @@ func openFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(es)
+}
+
+// TestOutputReadFromWait: nothing of the output is read before wait, so a
+// session's "started" event (sent between startProc and wait) always comes
+// first.
+func TestOutputReadFromWait(t *testing.T) {
+	var read atomic.Bool
+	sink := func(r io.Reader) error {
+		b, err := io.ReadAll(r)
+		if len(b) > 0 {
+			read.Store(true)
+		}
+		return err
+	}
+	p, err := startProc(newReaper(false), selfJob(t, "echo", "hi"), procIO{Stdout: sink, Stderr: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the command has written by now
+	if read.Load() {
+		t.Error("output was read before wait")
+	}
+	if end := p.wait(context.Background(), nil); end.ExitCode != 0 || !read.Load() {
+		t.Errorf("end %+v, output read %v", end, read.Load())
+	}
 }
