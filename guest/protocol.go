@@ -65,8 +65,9 @@ type Job struct {
 	// its own, longer deadline for a guest that stops answering.
 	TimeoutMS int64 `json:"timeoutMs"`
 	// Session asks for a long-lived sandbox instead of one command:
-	// Command is empty, and the agent serves commands on SessionSocket
-	// until it is stopped (session.go).
+	// Command is empty, TimeoutMS 0 (each command's timeout is in its
+	// request), and the agent serves commands on SessionSocket until it
+	// is stopped (session.go).
 	Session bool `json:"session,omitempty"`
 }
 
