@@ -65,8 +65,9 @@ type Job struct {
 	// its own, longer deadline for a guest that stops answering.
 	TimeoutMS int64 `json:"timeoutMs"`
 	// Session asks for a long-lived sandbox instead of one command:
-	// Command is empty, and the agent serves commands on SessionSocket
-	// until it is stopped (session.go).
+	// Command is empty, TimeoutMS 0 (each command's timeout is in its
+	// request), and the agent serves commands on SessionSocket until it
+	// is stopped (session.go).
 	Session bool `json:"session,omitempty"`
 }
 
@@ -138,13 +139,43 @@ func (j Job) Validate() error {
 	case !j.Session && (len(j.Command) == 0 || j.Command[0] == ""):
 		return errors.New("command is empty")
 	}
-	for _, a := range j.Command {
+	if err := checkCommand(j.Command); err != nil {
+		return err
+	}
+	if err := checkEnv(j.Env); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(j.Workdir) {
+		return fmt.Errorf("workdir %q is not an absolute path", j.Workdir)
+	}
+	if j.UID < 0 || j.GID < 0 {
+		return fmt.Errorf("uid %d / gid %d: must not be negative", j.UID, j.GID)
+	}
+	if j.TimeoutMS < 0 {
+		return fmt.Errorf("timeoutMs %d is negative", j.TimeoutMS)
+	}
+	if j.Session && j.TimeoutMS > 0 {
+		return fmt.Errorf("a session job has no timeout (timeoutMs %d): the sandbox lives until it is stopped, and each command's timeout comes in its exec request", j.TimeoutMS)
+	}
+	return nil
+}
+
+// checkCommand checks the arguments of a Job's or an exec request's
+// command.
+func checkCommand(argv []string) error {
+	for _, a := range argv {
 		if strings.IndexByte(a, 0) >= 0 {
 			return fmt.Errorf("command argument %q contains a NUL byte", a)
 		}
 	}
-	seen := make(map[string]bool, len(j.Env))
-	for _, kv := range j.Env {
+	return nil
+}
+
+// checkEnv checks a Job's or an exec request's environment: KEY=VALUE
+// entries, no NUL byte, each key once.
+func checkEnv(env []string) error {
+	seen := make(map[string]bool, len(env))
+	for _, kv := range env {
 		k, _, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
 			return fmt.Errorf("env entry %q is not KEY=VALUE", kv)
@@ -156,15 +187,6 @@ func (j Job) Validate() error {
 			return fmt.Errorf("env key %q appears twice", k)
 		}
 		seen[k] = true
-	}
-	if !filepath.IsAbs(j.Workdir) {
-		return fmt.Errorf("workdir %q is not an absolute path", j.Workdir)
-	}
-	if j.UID < 0 || j.GID < 0 {
-		return fmt.Errorf("uid %d / gid %d: must not be negative", j.UID, j.GID)
-	}
-	if j.TimeoutMS < 0 {
-		return fmt.Errorf("timeoutMs %d is negative", j.TimeoutMS)
 	}
 	return nil
 }

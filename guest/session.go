@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
+	"strings"
 )
 
 // A session is a long-lived sandbox: the agent does not run one job and
@@ -20,8 +22,9 @@ import (
 // SessionRequest with Op "exec", then any number of "stdin", "close_stdin"
 // and "signal" requests; the agent answers with SessionEvents: "started"
 // (or "error"), "stdout" and "stderr" chunks in order, and last "exit".
-// When the host closes the connection before "exit", the agent kills the
-// command's process group. Frames are JSON lines, each at most
+// When the command exits, the agent kills what it left in its process
+// group, as it does for a job; when the host closes the connection before
+// "exit", it kills the whole group. Frames are JSON lines, each at most
 // MaxSessionLine bytes. A connection whose first request has Op "ping"
 // gets one "pong" event: the agent is up.
 const (
@@ -166,8 +169,12 @@ func decodeStrict(b []byte, v any) error {
 	return nil
 }
 
-// Validate checks an exec request before anything runs.
-func (q SessionRequest) Validate() error {
+// Check is the one check of a session request, whatever its op: the host
+// calls it before it sends a request (vmrunner.StartExec), the agent on
+// every frame it reads. An exec request is checked as a Job is (Job.Validate
+// shares the checks of its command and env), so that ExecJob's Job needs no
+// second look.
+func (q *SessionRequest) Check() error {
 	switch q.Op {
 	case OpPing, OpCloseStdin:
 		return nil
@@ -185,6 +192,15 @@ func (q SessionRequest) Validate() error {
 		if len(q.Command) == 0 || q.Command[0] == "" {
 			return errors.New("exec request without a command")
 		}
+		if err := checkCommand(q.Command); err != nil {
+			return fmt.Errorf("exec request: %w", err)
+		}
+		if err := checkEnv(q.Env); err != nil {
+			return fmt.Errorf("exec request: %w", err)
+		}
+		if strings.IndexByte(q.Workdir, 0) >= 0 {
+			return fmt.Errorf("exec request with workdir %q: it contains a NUL byte", q.Workdir)
+		}
 		if q.UID < 0 || q.GID < 0 {
 			return fmt.Errorf("exec request with uid %d gid %d: want ids of 0 or more", q.UID, q.GID)
 		}
@@ -194,5 +210,24 @@ func (q SessionRequest) Validate() error {
 		return nil
 	default:
 		return fmt.Errorf("unknown session op %q", q.Op)
+	}
+}
+
+// ExecJob is the Job an exec request runs as in the session started by
+// session: the one place the request's defaults are applied, by the agent.
+// Workdir is resolved (empty: WorkspaceMount; relative: beneath it;
+// absolute: as is; cleaned). Command, Env, UID, GID and TimeoutMS are the
+// request's own: the host fills Env (the sandbox's merged with the
+// caller's), UID and GID (0 is root, so they have no default here) and the
+// timeout (0: none). Call it on a request Check accepted.
+func (q *SessionRequest) ExecJob(session Job) Job {
+	dir := q.Workdir
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(WorkspaceMount, dir)
+	}
+	return Job{
+		Version: ProtocolVersion, Step: session.Step,
+		Command: q.Command, Env: q.Env, Workdir: filepath.Clean(dir),
+		UID: q.UID, GID: q.GID, TimeoutMS: q.TimeoutMS,
 	}
 }

@@ -378,17 +378,11 @@ func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(
 	for _, k := range keys {
 		envList = append(envList, k+"="+env[k])
 	}
+	// The step's timeout is the default: the session's job has none (the
+	// agent resolves the cwd: guest.SessionRequest.ExecJob).
 	timeout := r.Timeout.D()
 	if timeout == 0 {
 		timeout = time.Duration(sb.Step.Resources.TimeoutMS) * time.Millisecond
-	}
-	workdir := guest.WorkspaceMount
-	if r.Cwd != "" {
-		if strings.HasPrefix(r.Cwd, "/") {
-			workdir = r.Cwd
-		} else {
-			workdir = guest.WorkspaceMount + "/" + r.Cwd
-		}
 	}
 	execID, err := newID()
 	if err != nil {
@@ -399,11 +393,16 @@ func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(
 	envList = withTraceEnv(spanCtx, envList)
 	// The command outlives this request when it runs in the background:
 	// its connection to the agent is not tied to ctx.
-	sx, err := sb.Session.Exec(context.WithoutCancel(ctx), guest.SessionRequest{
-		Op: guest.OpExec, Command: argv, Env: envList, Workdir: workdir,
+	q := guest.SessionRequest{
+		Op: guest.OpExec, Command: argv, Env: envList, Workdir: r.Cwd,
 		UID: guest.DefaultUID, GID: guest.DefaultGID, TimeoutMS: timeout.Milliseconds(),
 		Stdin: r.Stdin != nil,
-	})
+	}
+	if err := q.Check(); err != nil { // the protocol's one check: what it refuses is the caller's to fix
+		endExecSpan(span, execID, nil, err.Error())
+		return ExecInfo{}, Errorf(CodeBadRequest, "exec: %v", err)
+	}
+	sx, err := sb.Session.Exec(context.WithoutCancel(ctx), q)
 	if err != nil {
 		endExecSpan(span, execID, nil, err.Error())
 		return ExecInfo{}, &Error{Code: CodeInternal, Message: fmt.Sprintf("exec in sandbox %s: %v", id, err), Err: err}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/engine"
+	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/policy"
@@ -214,6 +215,38 @@ func TestSandboxLifecycle(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(filepath.Join(store.Dir(), "runs")); len(entries) != 0 {
 		t.Errorf("sandbox directories left: %v", entries)
+	}
+}
+
+// TestExecCwdAndLeftovers: the exec's cwd is resolved by the agent, one
+// the protocol refuses is a bad request, and what a command left in its
+// process group does not outlive it.
+func TestExecCwdAndLeftovers(t *testing.T) {
+	m, _ := newManager(t, Options{})
+	ctx := context.Background()
+	info, err := m.Create(ctx, Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.ID
+	defer m.Kill(ctx, id)
+	if _, err := m.PutFile(ctx, id, "data/x", strings.NewReader("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The agent resolves the cwd (guest.SessionRequest.ExecJob): none is
+	// the workspace, a relative one is beneath it.
+	for cwd, want := range map[string]string{"": guest.WorkspaceMount, "data": guest.WorkspaceMount + "/data", "/tmp": "/tmp"} {
+		if out, _, _ := collect(t, m, id, ExecRequest{Argv: []string{"pwd"}, Cwd: cwd}); out != want+"\n" {
+			t.Errorf("cwd %q: pwd %q, want %q", cwd, out, want)
+		}
+	}
+	if _, err := m.Exec(ctx, id, ExecRequest{Argv: []string{"pwd"}, Cwd: "a\x00b"}, nil); CodeOf(err) != CodeBadRequest {
+		t.Errorf("a cwd with a NUL byte: %v, want a bad request", err)
+	}
+	// What a command leaves in its process group goes when it ends.
+	out, _, _ := collect(t, m, id, ExecRequest{Shell: "sleep 300 & echo $!"})
+	if out, _, _ = collect(t, m, id, ExecRequest{Shell: "sleep 0.2; kill -0 " + strings.TrimSpace(out) + " 2>/dev/null && echo alive || echo gone"}); out != "gone\n" {
+		t.Errorf("the first command's background child after it ended: %q", out)
 	}
 }
 

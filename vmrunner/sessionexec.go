@@ -34,7 +34,7 @@ var _ SessionExec = (*ConnExec)(nil)
 // command's process group; Close does the same.
 func StartExec(ctx context.Context, c io.ReadWriteCloser, q guest.SessionRequest) (*ConnExec, error) {
 	q.Op = guest.OpExec
-	if err := q.Validate(); err != nil {
+	if err := q.Check(); err != nil {
 		c.Close()
 		return nil, err
 	}

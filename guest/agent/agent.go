@@ -19,11 +19,6 @@ import (
 	"time"
 )
 
-// drainTimeout bounds how long the agent keeps reading the job's output after
-// the job's process group is gone: a process that left the group (setsid) may
-// still hold the pipes open.
-const drainTimeout = 2 * time.Second
-
 // RunJob runs the job described by controlDir/job.json and writes
 // controlDir/result.json. The job's stdout and stderr go to console (whole
 // lines, without prefixes) and to stdout.log and stderr.log in controlDir.
@@ -103,15 +98,6 @@ func runJob(ctx context.Context, controlDir string, console io.Writer, syncFiles
 	if job.Session {
 		return fail(errors.New("job.json asks for a session, which runs commands on a socket (RunSession), not as one job: start it with the namespace backend's Open"))
 	}
-	argv0, err := lookPath(job.Command[0], job.Env)
-	if err != nil {
-		return fail(err)
-	}
-	attr, err := sysProcAttr(job)
-	if err != nil {
-		return fail(err)
-	}
-
 	outLog, err := createLog(filepath.Join(controlDir, guest.StdoutFile))
 	if err != nil {
 		return fail(err)
@@ -123,132 +109,30 @@ func runJob(ctx context.Context, controlDir string, console io.Writer, syncFiles
 	}
 	defer errLog.Close()
 
-	devNull, err := os.Open(os.DevNull)
-	if err != nil {
-		return fail(fmt.Errorf("open %s for the job's stdin: %w", os.DevNull, err))
-	}
-	defer devNull.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return fail(fmt.Errorf("create stdout pipe: %w", err))
-	}
-	defer outR.Close()
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outW.Close()
-		return fail(fmt.Errorf("create stderr pipe: %w", err))
-	}
-	defer errR.Close()
-
-	res.Started = time.Now().UTC()
-	pid, err := syscall.ForkExec(argv0, job.Command, &syscall.ProcAttr{
-		Dir:   job.Workdir,
-		Env:   append([]string{}, job.Env...),
-		Files: []uintptr{devNull.Fd(), outW.Fd(), errW.Fd()},
-		Sys:   attr,
-	})
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		return fail(fmt.Errorf("start %s in %s as %d:%d: %w", argv0, job.Workdir, job.UID, job.GID, err))
-	}
-
+	// As PID 1 every orphan reparented to the agent is reaped too.
+	reap := newReaper(os.Getpid() == 1)
+	defer reap.run()()
 	var consoleMu sync.Mutex
-	var copiers sync.WaitGroup
-	var copyErrs [2]error
-	copiers.Add(2)
-	go func() {
-		defer copiers.Done()
-		copyErrs[0] = tee(outR, outLog, console, &consoleMu)
-	}()
-	go func() {
-		defer copiers.Done()
-		copyErrs[1] = tee(errR, errLog, console, &consoleMu)
-	}()
-
-	// Wait for the job in its own goroutine; signal its group from here.
-	type exit struct {
-		ws  syscall.WaitStatus
-		ru  syscall.Rusage
-		err error
+	p, err := startProc(reap, job, procIO{
+		Stdout: func(r io.Reader) error { return tee(r, outLog, console, &consoleMu) },
+		Stderr: func(r io.Reader) error { return tee(r, errLog, console, &consoleMu) },
+	})
+	if err != nil {
+		return fail(err)
 	}
-	done := make(chan exit, 1)
-	reaper := os.Getpid() == 1
-	go func() {
-		var e exit
-		e.ws, e.ru, e.err = waitJob(pid, reaper)
-		done <- e
-	}()
-
-	var timeout <-chan time.Time
-	if job.TimeoutMS > 0 {
-		t := time.NewTimer(time.Duration(job.TimeoutMS) * time.Millisecond)
-		defer t.Stop()
-		timeout = t.C
+	end := p.wait(ctx, nil)
+	res.Started, res.Finished = end.Started, end.Finished
+	if end.WaitErr != nil {
+		return fail(fmt.Errorf("wait for job pid %d: %w", p.pid, end.WaitErr))
 	}
-	var kill <-chan time.Time
-	var cancelled error
-	var e exit
-wait:
-	for {
-		select {
-		case e = <-done:
-			break wait
-		case <-timeout:
-			timeout = nil
-			res.TimedOut = true
-			kill = terminate(pid)
-		case <-ctx.Done():
-			cancelled = ctx.Err()
-			ctx = context.Background() // stop selecting on it
-			if kill == nil {
-				kill = terminate(pid)
-			}
-		case <-kill:
-			kill = nil
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-		}
-	}
-	res.Finished = time.Now().UTC()
-	// Whatever the job left in its process group goes with it.
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-
-	drained := make(chan struct{})
-	go func() { copiers.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(drainTimeout):
-		// A process outside the group holds the pipes: stop reading.
-		outR.Close()
-		errR.Close()
-		<-drained
-	}
-	if reaper {
-		reapZombies()
-	}
-
-	if e.err != nil {
-		return fail(fmt.Errorf("wait for job pid %d: %w", pid, e.err))
-	}
-	res.Rusage = guest.Rusage{
-		UserMS:    e.ru.Utime.Sec*1000 + int64(e.ru.Utime.Usec)/1000,
-		SystemMS:  e.ru.Stime.Sec*1000 + int64(e.ru.Stime.Usec)/1000,
-		MaxRSSKiB: e.ru.Maxrss, // Linux reports ru_maxrss in KiB
-	}
-	switch {
-	case e.ws.Exited():
-		res.ExitCode = e.ws.ExitStatus()
-	case e.ws.Signaled():
-		res.ExitCode = -1
-		res.Signal = SignalName(e.ws.Signal())
-	}
+	res.ExitCode, res.Signal, res.TimedOut, res.Rusage = end.ExitCode, end.Signal, end.TimedOut, end.Rusage
 	var errs []string
-	if cancelled != nil {
-		errs = append(errs, "agent stopped the job: "+cancelled.Error())
+	if end.Stopped != nil {
+		errs = append(errs, "agent stopped the job: "+end.Stopped.Error())
 	}
 	for i, name := range []string{guest.StdoutFile, guest.StderrFile} {
-		if copyErrs[i] != nil {
-			errs = append(errs, fmt.Sprintf("write %s: %v", name, copyErrs[i]))
+		if end.OutputErr[i] != nil {
+			errs = append(errs, fmt.Sprintf("write %s: %v", name, end.OutputErr[i]))
 		}
 	}
 	for _, f := range []*os.File{outLog, errLog} {
@@ -261,51 +145,6 @@ wait:
 	}
 	res.Error = strings.Join(errs, "; ")
 	return res
-}
-
-// terminate sends SIGTERM to the job's process group and returns the channel
-// that says when to escalate to SIGKILL.
-func terminate(pid int) <-chan time.Time {
-	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	return time.After(guest.KillGrace)
-}
-
-// waitJob waits for the job's pid. As PID 1 it waits for any child, so that
-// orphans reparented to it are reaped too, until the job itself exits; it
-// never reaps the job's status in any other way.
-func waitJob(pid int, reaper bool) (syscall.WaitStatus, syscall.Rusage, error) {
-	var ws syscall.WaitStatus
-	var ru syscall.Rusage
-	target := pid
-	if reaper {
-		target = -1
-	}
-	for {
-		got, err := syscall.Wait4(target, &ws, 0, &ru)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return ws, ru, err
-		}
-		if got == pid {
-			return ws, ru, nil
-		}
-	}
-}
-
-// reapZombies collects every child that has already exited (PID 1 only).
-func reapZombies() {
-	for {
-		var ws syscall.WaitStatus
-		got, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil || got <= 0 {
-			return
-		}
-	}
 }
 
 // sysProcAttr puts the job in its own process group and, when the agent can

@@ -9,21 +9,14 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
 	"golang.org/x/sys/unix"
 )
-
-// sessionDrain bounds how long an exec's output is still read after its
-// process has exited: a background process it started (`server &`) may hold
-// the pipes open for as long as it runs, and the exit must not wait for it.
-const sessionDrain = 500 * time.Millisecond
 
 // shutdownWait bounds how long a stopping session waits for its execs to
 // report their exits after it has killed them.
@@ -67,11 +60,12 @@ type SessionOptions struct {
 // Started and Finished are the session's lifetime. As RunJobWith, the
 // error is non-nil only when result.json could not be written.
 //
-// Commands run like a job's (lookPath, sysProcAttr): in a new process
-// group, as the request's UID and GID, with exactly the request's Env.
-// When the request has no timeout, the session job's TimeoutMS (when
-// positive) is each command's. Output is not copied to console; the
-// session's own errors are.
+// Each request is checked once (SessionRequest.Check) and an exec runs as
+// the Job SessionRequest.ExecJob makes of it, through the same process
+// runner as a batch job (startProc): in a new process group, as the
+// request's UID and GID, with exactly the request's Env and timeout; when
+// it ends, what it left in its process group is killed. Output is not
+// copied to console; the session's own errors are.
 func RunSession(ctx context.Context, controlDir string, console io.Writer, o SessionOptions) (guest.Result, error) {
 	if console == nil {
 		console = io.Discard
@@ -103,9 +97,7 @@ func serveSession(ctx context.Context, controlDir string, console io.Writer, o S
 	}
 	if o.Port != "" {
 		srv := newServer(job, console, o.Reaper || os.Getpid() == 1)
-		reapCtx, stopReaping := context.WithCancel(context.Background())
-		reaped := srv.reap.run(reapCtx)
-		defer func() { stopReaping(); <-reaped }()
+		defer srv.reap.run()()
 		err := srv.servePort(ctx, o.Port, console, o.Ready)
 		srv.shutdown()
 		return err
@@ -124,9 +116,7 @@ func serveSession(ctx context.Context, controlDir string, console io.Writer, o S
 		return fmt.Errorf("make the session socket root-only: %w", err)
 	}
 	srv := newServer(job, console, o.Reaper || os.Getpid() == 1)
-	reapCtx, stopReaping := context.WithCancel(context.Background())
-	reaped := srv.reap.run(reapCtx)
-	defer func() { stopReaping(); <-reaped }()
+	defer srv.reap.run()()
 
 	accepted := make(chan struct{})
 	go func() {
@@ -280,7 +270,7 @@ func (s *server) handle(c io.ReadWriter) {
 		}
 		return
 	}
-	if err := q.Validate(); err != nil {
+	if err := q.Check(); err != nil {
 		_ = out.send(guest.SessionEvent{Type: guest.EventError, Error: err.Error()})
 		return
 	}
@@ -294,120 +284,35 @@ func (s *server) handle(c io.ReadWriter) {
 	}
 }
 
-// execJob is the request as a Job, for lookPath and sysProcAttr.
-func (s *server) execJob(q guest.SessionRequest) guest.Job {
-	dir := q.Workdir
-	if !filepath.IsAbs(dir) {
-		dir = filepath.Join(guest.WorkspaceMount, dir)
-	}
-	timeout := q.TimeoutMS
-	if timeout == 0 {
-		timeout = s.job.TimeoutMS
-	}
-	return guest.Job{
-		Version: guest.ProtocolVersion, Step: s.job.Step,
-		Command: q.Command, Env: q.Env, Workdir: filepath.Clean(dir),
-		UID: q.UID, GID: q.GID, TimeoutMS: timeout,
-	}
-}
-
 // exec runs one command for the connection.
 func (s *server) exec(q guest.SessionRequest, dec *guest.SessionDecoder, out *connWriter) {
-	fail := func(err error) { _ = out.send(guest.SessionEvent{Type: guest.EventError, Error: err.Error()}) }
-	job := s.execJob(q)
-	if err := job.Validate(); err != nil {
-		fail(fmt.Errorf("exec request: %w", err))
-		return
-	}
-	argv0, err := lookPath(job.Command[0], job.Env)
-	if err != nil {
-		fail(err)
-		return
-	}
-	attr, err := sysProcAttr(job)
-	if err != nil {
-		fail(err)
-		return
-	}
-	var stdinR, stdinW *os.File
-	if q.Stdin {
-		stdinR, stdinW, err = os.Pipe()
-		if err != nil {
-			fail(fmt.Errorf("create stdin pipe: %w", err))
-			return
-		}
-	} else {
-		stdinR, err = os.Open(os.DevNull)
-		if err != nil {
-			fail(fmt.Errorf("open %s for stdin: %w", os.DevNull, err))
-			return
-		}
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		stdinR.Close()
-		if stdinW != nil {
-			stdinW.Close()
-		}
-		fail(fmt.Errorf("create stdout pipe: %w", err))
-		return
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		stdinR.Close()
-		if stdinW != nil {
-			stdinW.Close()
-		}
-		outR.Close()
-		outW.Close()
-		fail(fmt.Errorf("create stderr pipe: %w", err))
-		return
-	}
-	pid, exited, err := s.reap.start(func() (int, error) {
-		return syscall.ForkExec(argv0, job.Command, &syscall.ProcAttr{
-			Dir:   job.Workdir,
-			Env:   append([]string{}, job.Env...),
-			Files: []uintptr{stdinR.Fd(), outW.Fd(), errW.Fd()},
-			Sys:   attr,
-		})
+	p, err := startProc(s.reap, q.ExecJob(s.job), procIO{
+		Stdin:  q.Stdin,
+		Stdout: func(r io.Reader) error { pump(r, guest.EventStdout, out); return nil },
+		Stderr: func(r io.Reader) error { pump(r, guest.EventStderr, out); return nil },
 	})
-	stdinR.Close()
-	outW.Close()
-	errW.Close()
 	if err != nil {
-		outR.Close()
-		errR.Close()
-		if stdinW != nil {
-			stdinW.Close()
-		}
-		fail(fmt.Errorf("start %s in %s as %d:%d: %w", argv0, job.Workdir, job.UID, job.GID, err))
+		_ = out.send(guest.SessionEvent{Type: guest.EventError, Error: err.Error()})
 		return
 	}
 	s.mu.Lock()
-	s.groups[pid] = true
+	s.groups[p.pid] = true
 	if s.closed { // shutdown began while we started it
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		p.killGroup()
 	}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		delete(s.groups, pid)
+		delete(s.groups, p.pid)
 		s.mu.Unlock()
 	}()
-	_ = out.send(guest.SessionEvent{Type: guest.EventStarted, PID: pid})
-
-	var copiers sync.WaitGroup
-	copiers.Add(2)
-	go func() { defer copiers.Done(); pump(outR, guest.EventStdout, out) }()
-	go func() { defer copiers.Done(); pump(errR, guest.EventStderr, out) }()
+	_ = out.send(guest.SessionEvent{Type: guest.EventStarted, PID: p.pid})
 
 	// The connection's further requests: stdin, close_stdin, signal. When
 	// it ends before the exit (the host went away, or sent garbage), the
 	// command's process group is killed.
-	stdin := newStdinWriter(stdinW)
+	stdin := newStdinWriter(p.stdin)
 	defer stdin.abort()
-	// Once the command is reaped its pid may be reused: signals stop then.
-	var over atomic.Bool
 	hostGone := make(chan struct{})
 	go func() {
 		defer close(hostGone)
@@ -417,7 +322,7 @@ func (s *server) exec(q guest.SessionRequest, dec *guest.SessionDecoder, out *co
 			if err := dec.Decode(&r); err != nil {
 				return
 			}
-			if err := r.Validate(); err != nil {
+			if err := r.Check(); err != nil {
 				return
 			}
 			switch r.Op {
@@ -427,11 +332,9 @@ func (s *server) exec(q guest.SessionRequest, dec *guest.SessionDecoder, out *co
 				stdin.close()
 			case guest.OpSignal:
 				if sig, ok := SignalNumber(r.Signal); ok {
-					if !over.Load() {
-						_ = syscall.Kill(-pid, sig)
-					}
+					p.signal(sig)
 				} else {
-					fmt.Fprintf(s.console, "%s exec %d: unknown signal %q ignored\n", guest.ConsoleErrorLine, pid, r.Signal)
+					fmt.Fprintf(s.console, "%s exec %d: unknown signal %q ignored\n", guest.ConsoleErrorLine, p.pid, r.Signal)
 				}
 			default:
 				return
@@ -439,72 +342,19 @@ func (s *server) exec(q guest.SessionRequest, dec *guest.SessionDecoder, out *co
 		}
 	}()
 
-	var timeout <-chan time.Time
-	if job.TimeoutMS > 0 {
-		t := time.NewTimer(time.Duration(job.TimeoutMS) * time.Millisecond)
-		defer t.Stop()
-		timeout = t.C
-	}
-	var kill <-chan time.Time
-	var timedOut bool
-	var e exitStatus
-wait:
-	for {
-		select {
-		case e = <-exited:
-			over.Store(true)
-			break wait
-		case <-timeout:
-			timeout = nil
-			timedOut = true
-			kill = terminate(pid)
-		case <-kill:
-			kill = nil
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-		case <-hostGone:
-			hostGone = nil
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-		}
-	}
-	if timedOut {
-		// What the command left in its group goes with it, as for a job.
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-	}
-	drained := make(chan struct{})
-	go func() { copiers.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(sessionDrain):
-		outR.Close()
-		errR.Close()
-		<-drained
-	}
-	ev := guest.SessionEvent{Type: guest.EventExit, TimedOut: timedOut}
-	if e.err != nil {
-		fail(fmt.Errorf("wait for pid %d: %w", pid, e.err))
+	end := p.wait(context.Background(), hostGone)
+	if end.WaitErr != nil {
+		_ = out.send(guest.SessionEvent{Type: guest.EventError, Error: fmt.Sprintf("wait for pid %d: %v", p.pid, end.WaitErr)})
 		return
 	}
-	ev.Rusage = guest.Rusage{
-		UserMS:    e.ru.Utime.Sec*1000 + int64(e.ru.Utime.Usec)/1000,
-		SystemMS:  e.ru.Stime.Sec*1000 + int64(e.ru.Stime.Usec)/1000,
-		MaxRSSKiB: e.ru.Maxrss,
-	}
-	switch {
-	case e.ws.Exited():
-		ev.ExitCode = e.ws.ExitStatus()
-	case e.ws.Signaled():
-		ev.ExitCode = -1
-		ev.Signal = SignalName(e.ws.Signal())
-	}
-	_ = out.send(ev)
+	_ = out.send(guest.SessionEvent{Type: guest.EventExit, ExitCode: end.ExitCode, Signal: end.Signal, TimedOut: end.TimedOut, Rusage: end.Rusage})
 }
 
 // pump sends what r yields as events of type typ, at most
 // guest.MaxSessionChunk bytes each. When the host stops taking them it
 // keeps reading, so the command is never blocked on a full pipe by a host
 // that went away.
-func pump(r *os.File, typ string, out *connWriter) {
-	defer r.Close()
+func pump(r io.Reader, typ string, out *connWriter) {
 	buf := make([]byte, guest.MaxSessionChunk)
 	for {
 		n, err := r.Read(buf)
@@ -566,104 +416,5 @@ func (s *stdinWriter) close() {
 func (s *stdinWriter) abort() {
 	if s.w != nil {
 		s.w.Close()
-	}
-}
-
-// exitStatus is what wait4 said about one pid.
-type exitStatus struct {
-	ws  syscall.WaitStatus
-	ru  syscall.Rusage
-	err error
-}
-
-// reaper waits for the session's children. As PID 1 (all) it waits for any
-// child whenever SIGCHLD arrives and hands each exit to the exec that
-// started that pid; every other exit is an orphan's, reaped and dropped.
-// Starting a command and registering its pid happen under the lock the
-// reaping takes, so no exit can be collected before its pid is known.
-// Otherwise it waits for each started pid alone.
-type reaper struct {
-	all     bool
-	mu      sync.Mutex
-	waiting map[int]chan exitStatus
-}
-
-func newReaper(all bool) *reaper {
-	return &reaper{all: all, waiting: map[int]chan exitStatus{}}
-}
-
-// start runs fork (which returns the new pid) and returns a channel that
-// gets the pid's exit.
-func (r *reaper) start(fork func() (int, error)) (int, <-chan exitStatus, error) {
-	ch := make(chan exitStatus, 1)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	pid, err := fork()
-	if err != nil {
-		return 0, nil, err
-	}
-	if r.all {
-		r.waiting[pid] = ch
-		return pid, ch, nil
-	}
-	go func() {
-		var e exitStatus
-		for {
-			_, e.err = syscall.Wait4(pid, &e.ws, 0, &e.ru)
-			if e.err != syscall.EINTR {
-				break
-			}
-		}
-		ch <- e
-	}()
-	return pid, ch, nil
-}
-
-// run reaps until ctx is done; the returned channel closes when it has
-// stopped.
-func (r *reaper) run(ctx context.Context) <-chan struct{} {
-	done := make(chan struct{})
-	if !r.all {
-		close(done)
-		return done
-	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGCHLD)
-	go func() {
-		defer close(done)
-		defer signal.Stop(sigs)
-		for {
-			r.reapAll()
-			select {
-			case <-sigs:
-			case <-ctx.Done():
-				r.reapAll()
-				return
-			}
-		}
-	}()
-	return done
-}
-
-// reapAll collects every child that has exited.
-func (r *reaper) reapAll() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for {
-		var e exitStatus
-		pid, err := syscall.Wait4(-1, &e.ws, syscall.WNOHANG, &e.ru)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil || pid <= 0 {
-			return
-		}
-		if !e.ws.Exited() && !e.ws.Signaled() {
-			continue // stopped or continued: not an exit
-		}
-		if ch, ok := r.waiting[pid]; ok {
-			delete(r.waiting, pid)
-			ch <- e
-		}
 	}
 }

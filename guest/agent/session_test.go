@@ -207,26 +207,6 @@ func TestSessionLargeOutputChunked(t *testing.T) {
 	}
 }
 
-// TestSessionBackgroundHoldsOutput: a command that leaves a process
-// holding its stdout still gets its exit soon after it exits, and the
-// process lives on.
-func TestSessionBackgroundHoldsOutput(t *testing.T) {
-	dir := serve(t, SessionOptions{})
-	start := time.Now()
-	o := run1(t, dir, selfExec("sh", "-c", "sleep 3 & echo $!; exit 4"))
-	if o.exit == nil || o.exit.ExitCode != 4 {
-		t.Fatalf("outcome %+v", o)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("exit took %v: it waited for the background process", d)
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(o.stdout))
-	if pid <= 0 || !alive(pid) {
-		t.Errorf("background pid %d (from %q) did not live on", pid, o.stdout)
-	}
-	syscall.Kill(pid, syscall.SIGKILL)
-}
-
 func TestSessionStdin(t *testing.T) {
 	dir := serve(t, SessionOptions{})
 	c := dial(t, dir)

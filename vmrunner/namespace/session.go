@@ -242,10 +242,6 @@ func (s *Session) teardown(ctx context.Context) error {
 // then "exit". When ctx is done before the exit, the connection is closed
 // and the agent kills the command's process group; Close does the same.
 func (s *Session) Exec(ctx context.Context, q guest.SessionRequest) (*Exec, error) {
-	q.Op = guest.OpExec
-	if err := q.Validate(); err != nil {
-		return nil, fmt.Errorf("exec in session %q: %w", s.spec.Step.Name, err)
-	}
 	c, err := s.dial()
 	if err != nil {
 		return nil, fmt.Errorf("exec in session %q: %w", s.spec.Step.Name, err)

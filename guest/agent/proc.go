@@ -1,0 +1,238 @@
+//go:build linux
+
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/guest"
+)
+
+// drainTimeout bounds how long a command's output is still read after it
+// ended. Its process group is killed then, so only a process that left the
+// group (setsid) can still hold the pipes open, and the end must not wait
+// for it.
+const drainTimeout = 500 * time.Millisecond
+
+// procIO says where a command's streams come from and go to.
+type procIO struct {
+	// Stdin makes the command's stdin a pipe whose write end is
+	// proc.stdin; otherwise the command reads /dev/null.
+	Stdin bool
+	// Stdout and Stderr each read one stream until it ends (end of file,
+	// or the read end closed drainTimeout after the command ended), in a
+	// goroutine of their own. Their error (a log that could not be
+	// written) is the end's OutputErr.
+	Stdout, Stderr func(r io.Reader) error
+}
+
+// proc is one command the agent runs: a batch job (runJob) or a session's
+// exec (server.exec). Both start, time out, stop, drain and reap through
+// it, under one rule: the command leads its own process group, and when
+// its main process ends, whatever is left in that group is killed.
+type proc struct {
+	job     guest.Job
+	pid     int
+	stdin   *os.File // the write end of stdin, when procIO.Stdin
+	started time.Time
+	exited  <-chan exitStatus
+	over    atomic.Bool // the pid is reaped: it may be reused, signals stop
+
+	outR, errR *os.File
+	sinks      [2]func(io.Reader) error // started by wait
+	copiers    sync.WaitGroup
+	outErrs    [2]error
+}
+
+// procEnd is how a command ended, in the terms of a Result and of a
+// session's exit event.
+type procEnd struct {
+	Started, Finished time.Time
+	ExitCode          int    // -1 when a signal killed it
+	Signal            string // such as "SIGKILL"
+	TimedOut          bool
+	Rusage            guest.Rusage
+	// Stopped is the context's error when the context ended the command.
+	Stopped error
+	// WaitErr is why the command's status could not be had; the fields
+	// above but Started and Finished are then unset.
+	WaitErr error
+	// OutputErr is the Stdout and Stderr readers' errors, in that order.
+	OutputErr [2]error
+}
+
+// startProc starts job (which must be valid) through the reaper r, with
+// its streams wired as pio says; its output is read once wait is called,
+// which the caller must do. The job runs in a new process group and,
+// when the agent is root, as job.UID:job.GID with no supplementary groups
+// (sysProcAttr). On an error nothing runs and nothing stays open.
+func startProc(r *reaper, job guest.Job, pio procIO) (_ *proc, err error) {
+	argv0, err := lookPath(job.Command[0], job.Env)
+	if err != nil {
+		return nil, err
+	}
+	attr, err := sysProcAttr(job)
+	if err != nil {
+		return nil, err
+	}
+	p := &proc{job: job}
+	var childEnds []*os.File // closed here once the child has them
+	defer func() {
+		for _, f := range childEnds {
+			f.Close()
+		}
+		if err != nil {
+			for _, f := range []*os.File{p.stdin, p.outR, p.errR} {
+				if f != nil {
+					f.Close()
+				}
+			}
+		}
+	}()
+	var stdinR *os.File
+	if pio.Stdin {
+		if stdinR, p.stdin, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("create stdin pipe: %w", err)
+		}
+	} else if stdinR, err = os.Open(os.DevNull); err != nil {
+		return nil, fmt.Errorf("open %s for stdin: %w", os.DevNull, err)
+	}
+	childEnds = append(childEnds, stdinR)
+	var outW, errW *os.File
+	if p.outR, outW, err = os.Pipe(); err != nil {
+		return nil, fmt.Errorf("create stdout pipe: %w", err)
+	}
+	childEnds = append(childEnds, outW)
+	if p.errR, errW, err = os.Pipe(); err != nil {
+		return nil, fmt.Errorf("create stderr pipe: %w", err)
+	}
+	childEnds = append(childEnds, errW)
+
+	p.started = time.Now().UTC()
+	p.pid, p.exited, err = r.start(func() (int, error) {
+		return syscall.ForkExec(argv0, job.Command, &syscall.ProcAttr{
+			Dir:   job.Workdir,
+			Env:   append([]string{}, job.Env...),
+			Files: []uintptr{stdinR.Fd(), outW.Fd(), errW.Fd()},
+			Sys:   attr,
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start %s in %s as %d:%d: %w", argv0, job.Workdir, job.UID, job.GID, err)
+	}
+	p.sinks = [2]func(io.Reader) error{pio.Stdout, pio.Stderr}
+	return p, nil
+}
+
+// signal sends sig to the command's process group, until its main process
+// is reaped (then its pid may name another process).
+func (p *proc) signal(sig syscall.Signal) {
+	if !p.over.Load() {
+		_ = syscall.Kill(-p.pid, sig)
+	}
+}
+
+// killGroup sends SIGKILL to the command's process group.
+func (p *proc) killGroup() { _ = syscall.Kill(-p.pid, syscall.SIGKILL) }
+
+// terminate sends SIGTERM to the command's process group and returns the
+// channel that says when to escalate to SIGKILL.
+func (p *proc) terminate() <-chan time.Time {
+	_ = syscall.Kill(-p.pid, syscall.SIGTERM)
+	return time.After(guest.KillGrace)
+}
+
+// wait runs the command to its end. At job.TimeoutMS (when positive), and
+// when ctx is done, its process group gets SIGTERM, then SIGKILL
+// guest.KillGrace later; when abort closes (the host went away), SIGKILL at
+// once. Once its main process has exited, the rest of its group is killed,
+// its output is read for at most drainTimeout more and the pipes are
+// closed.
+func (p *proc) wait(ctx context.Context, abort <-chan struct{}) procEnd {
+	end := procEnd{Started: p.started, ExitCode: -1}
+	// The output is read from here on, so that a session's "started"
+	// event, sent before wait, comes before any of it.
+	p.copiers.Add(2)
+	for i, r := range []*os.File{p.outR, p.errR} {
+		go func() {
+			defer p.copiers.Done()
+			p.outErrs[i] = p.sinks[i](r)
+		}()
+	}
+	var timeout <-chan time.Time
+	if p.job.TimeoutMS > 0 {
+		t := time.NewTimer(time.Duration(p.job.TimeoutMS) * time.Millisecond)
+		defer t.Stop()
+		timeout = t.C
+	}
+	stop := ctx.Done()
+	var kill <-chan time.Time
+	var e exitStatus
+wait:
+	for {
+		select {
+		case e = <-p.exited:
+			p.over.Store(true)
+			break wait
+		case <-timeout:
+			timeout = nil
+			end.TimedOut = true
+			if kill == nil {
+				kill = p.terminate()
+			}
+		case <-stop:
+			stop = nil
+			end.Stopped = ctx.Err()
+			if kill == nil {
+				kill = p.terminate()
+			}
+		case <-kill:
+			kill = nil
+			p.killGroup()
+		case <-abort:
+			abort = nil
+			p.killGroup()
+		}
+	}
+	end.Finished = time.Now().UTC()
+	// Nothing the command left in its group outlives it.
+	p.killGroup()
+
+	drained := make(chan struct{})
+	go func() { p.copiers.Wait(); close(drained) }()
+	t := time.NewTimer(drainTimeout)
+	select {
+	case <-drained:
+	case <-t.C:
+		// A process outside the group holds the pipes: stop reading.
+	}
+	t.Stop()
+	p.outR.Close()
+	p.errR.Close()
+	<-drained
+	end.OutputErr = p.outErrs
+
+	if e.err != nil {
+		end.WaitErr = e.err
+		return end
+	}
+	end.Rusage = guest.Rusage{
+		UserMS:    e.ru.Utime.Sec*1000 + int64(e.ru.Utime.Usec)/1000,
+		SystemMS:  e.ru.Stime.Sec*1000 + int64(e.ru.Stime.Usec)/1000,
+		MaxRSSKiB: e.ru.Maxrss, // Linux reports ru_maxrss in KiB
+	}
+	switch {
+	case e.ws.Exited():
+		end.ExitCode = e.ws.ExitStatus()
+	case e.ws.Signaled():
+		end.Signal = SignalName(e.ws.Signal())
+	}
+	return end
+}
