@@ -38,11 +38,21 @@ var shared struct {
 }
 
 // TestMain builds the sandbox agent, the init of the hypervisor's jail.
+// Every backend of the tests keeps its state files and working
+// directories in this binary's own directory, never in the host's default
+// ones: other packages' tests run at the same time (go test ./...), and
+// their live sandboxes' state files are not this package's leftovers.
 func TestMain(m *testing.M) {
-	code := testtier.MainWithAgent(m)
-	if shared.tmp != "" {
-		os.RemoveAll(shared.tmp)
+	tmp, err := os.MkdirTemp("", "asb-vm-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
+	shared.tmp = tmp
+	shared.stateD = filepath.Join(tmp, "state")
+	shared.workDir = filepath.Join(tmp, "vms")
+	code := testtier.MainWithAgent(m)
+	os.RemoveAll(tmp)
 	os.Exit(code)
 }
 
@@ -57,12 +67,6 @@ func fixture(t testing.TB) *vmfixture.Fixture {
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		shared.tmp, shared.err = os.MkdirTemp("", "asb-vm-test-")
-		if shared.err != nil {
-			return
-		}
-		shared.stateD = filepath.Join(shared.tmp, "state")
-		shared.workDir = filepath.Join(shared.tmp, "vms")
 		if _, err := vmfixture.FindOrFetchKernel(ctx, vmfixture.CacheDir()); err != nil {
 			shared.err = err
 			return
