@@ -23,6 +23,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 	"github.com/agentsandbox/agentsandbox/server"
+	"github.com/agentsandbox/agentsandbox/server/e2b"
 	mcpserver "github.com/agentsandbox/agentsandbox/server/mcp"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
@@ -232,8 +233,9 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 	mcpServer := mcpserver.New(mgr, toolVersion(), mcpserver.Options{Records: store})
 	srv, err := server.New(server.Options{Manager: mgr, Token: token, Identities: ids, Version: toolVersion(),
 		MaxConnections: opts.MaxConns, BodyTimeout: opts.BodyTimeout,
-		Logf:  func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
-		Extra: map[string]http.Handler{"/mcp": mcpserver.HTTPHandler(mcpServer)}})
+		Logf:       func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
+		Extra:      map[string]http.Handler{"/mcp": mcpserver.HTTPHandler(mcpServer)},
+		Transports: e2b.New(mgr).Transports()}) // E2B's control API and envd (docs/e2b.md)
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))
 	}
