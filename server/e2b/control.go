@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -222,6 +223,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	s.sweep(r.Context())
 	owner, _ := sandboxes.IdentityFrom(r.Context())
 	template := req.TemplateID
 	if template == "" {
@@ -323,8 +325,9 @@ func (s *Service) setTimeout(w http.ResponseWriter, r *http.Request) error {
 
 // list answers GET /v2/sandboxes: the caller's running sandboxes (E2B's
 // states running and paused; this server has no paused ones) whose
-// labels include every metadata filter, oldest first, in pages of limit
-// after nextToken (the id that ended the page before).
+// labels include every metadata filter, started after startedAfter, of
+// template, oldest first (order=desc: newest), in pages of limit after
+// nextToken (the id that ended the page before).
 func (s *Service) list(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	labels := map[string]string{}
@@ -350,6 +353,14 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 	}
+	var after time.Time
+	if v := q.Get("startedAfter"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return badRequest("startedAfter %q: want an RFC 3339 time, such as 2026-01-02T15:04:05Z", v)
+		}
+		after = t
+	}
 	limit := 0
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -365,8 +376,9 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) error {
 	out := []listedSandbox{}
 	if wantRunning {
 		for _, info := range list {
-			if info.State == sandboxes.StateRunning {
-				out = append(out, s.listed(info))
+			l := s.listed(info)
+			if info.State == sandboxes.StateRunning && l.StartedAt.After(after) && (q.Get("template") == "" || q.Get("template") == l.TemplateID) {
+				out = append(out, l)
 			}
 		}
 	}
@@ -392,4 +404,19 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, "application/json", out)
 	return nil
+}
+
+// sweep forgets the sandboxes that have stopped (expired, or killed
+// through another transport) since they were created: each create
+// looks, so what is kept is bounded by the sandboxes running.
+func (s *Service) sweep(ctx context.Context) {
+	s.mu.Lock()
+	boxes := make([]*box, 0, len(s.boxes))
+	for _, b := range s.boxes {
+		boxes = append(boxes, b)
+	}
+	s.mu.Unlock()
+	for _, b := range boxes {
+		s.stopped(sandboxes.WithIdentity(ctx, b.owner), b)
+	}
 }

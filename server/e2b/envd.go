@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -110,7 +111,7 @@ func (s *Service) rpc(w http.ResponseWriter, r *http.Request, id, path string) {
 // forgotten).
 func (s *Service) stopped(ctx context.Context, b *box) bool {
 	info, err := s.m.Get(ctx, b.id)
-	if err == nil && info.State == sandboxes.StateRunning {
+	if (err == nil && info.State == sandboxes.StateRunning) || (err != nil && sandboxes.CodeOf(err) != sandboxes.CodeNotFound) {
 		return false
 	}
 	s.forget(b.id)
@@ -123,6 +124,7 @@ type eventStream struct {
 	w       http.ResponseWriter
 	mu      sync.Mutex
 	started bool
+	ended   bool  // the end-of-stream envelope is written
 	err     error // of a write: the client is gone
 }
 
@@ -138,6 +140,10 @@ func (st *eventStream) write(flags byte, v any) error {
 	if st.err != nil {
 		return st.err
 	}
+	if st.ended {
+		return errors.New("the stream has ended")
+	}
+	st.ended = flags&flagEndStream != 0
 	if !st.started {
 		st.started = true
 		st.w.Header().Set("Content-Type", streamType)
@@ -216,9 +222,11 @@ func (s *Service) start(w http.ResponseWriter, r *http.Request, b *box) {
 
 // follow streams the output of p's exec to its end.
 func (s *Service) follow(r *http.Request, st *eventStream, b *box, p *proc) {
-	stop := make(chan struct{})
-	defer close(stop)
-	go st.keepalives(r, stop)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		st.keepalives(r, stop)
+	}()
 	ended := false
 	err := s.m.Output(r.Context(), b.id, p.execID, 0, 0, true, func(ev sandboxes.ExecEvent) error {
 		switch ev.Type {
@@ -245,6 +253,8 @@ func (s *Service) follow(r *http.Request, st *eventStream, b *box, p *proc) {
 		}
 		return nil
 	})
+	close(stop)
+	<-stopped // no keepalive after the end
 	if err == nil && !ended {
 		err = rpcErrorf(codeInternal, "the output of process %d ended without its exit", p.pid)
 	}
