@@ -83,7 +83,9 @@ line). Both files must be regular files of the server's user that no one else
 can read or write. Every sandbox, run, record and snapshot belongs to the
 identity that made it: another identity gets 404, an admin sees all. The same
 sandboxes are offered to MCP clients over streamable HTTP at /mcp, behind the
-same authentication (docs/mcp.md; agentsandbox mcp serves them on stdio). SIGINT or SIGTERM drains the
+same authentication (docs/mcp.md; agentsandbox mcp serves them on stdio), and to
+the unmodified E2B SDK with E2B_API_URL and E2B_SANDBOX_URL set to the TCP
+address and E2B_API_KEY to a token (docs/e2b.md). SIGINT or SIGTERM drains the
 requests in flight, then stops every sandbox and writes their records. At
 start it removes what a server killed with SIGKILL left behind (as gc does).
 
