@@ -44,6 +44,7 @@ func (s *Service) controlHandler() http.Handler {
 	handle("GET /sandboxes/{id}", s.getInfo)
 	handle("DELETE /sandboxes/{id}", s.kill)
 	handle("POST /sandboxes/{id}/timeout", s.setTimeout)
+	handle("POST /v2/sandboxes/{id}/connect", s.connect)
 	for _, p := range notBuilt {
 		handle(p.pattern, func(w http.ResponseWriter, r *http.Request) error {
 			return &sandboxes.Error{Code: sandboxes.CodeUnsupport, Message: fmt.Sprintf("%s %s (%s) is not built yet in agentsandbox's E2B transport: docs/e2b.md lists what is", r.Method, r.URL.Path, p.what)}
@@ -60,7 +61,6 @@ func (s *Service) controlHandler() http.Handler {
 var notBuilt = []struct{ pattern, what string }{
 	{"GET /sandboxes", "the v1 list; the SDK lists with GET /v2/sandboxes"},
 	{"POST /sandboxes", "the v1 create; the SDK creates with POST /v2/sandboxes"},
-	{"POST /v2/sandboxes/{id}/connect", "Sandbox.connect and resume"},
 	{"POST /sandboxes/{id}/connect", "Sandbox.connect"},
 	{"POST /sandboxes/{id}/resume", "resume"},
 	{"POST /sandboxes/{id}/pause", "sandbox.pause"},
@@ -204,6 +204,58 @@ func (n newSandbox) spec() (sandboxes.Spec, error) {
 	spec.Env = n.EnvVars
 	spec.Labels = n.Metadata
 	return spec, nil
+}
+
+// connectRequest is the body of POST /v2/sandboxes/{id}/connect.
+type connectRequest struct {
+	Timeout *int64 `json:"timeout,omitempty"`
+	Memory  *bool  `json:"memory,omitempty"`
+}
+
+// connect answers Sandbox.connect: a running sandbox of the caller's,
+// whose lifetime is extended to timeout seconds from now (E2B's 300 when
+// none) if it would end sooner, never shortened. A sandbox made through
+// another transport gets its envd access token now, acting for the
+// caller. Nothing is paused on this server, so nothing is resumed
+// (memory is moot).
+func (s *Service) connect(w http.ResponseWriter, r *http.Request) error {
+	var req connectRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	secs := int64(DefaultTimeoutSeconds)
+	if req.Timeout != nil {
+		secs = *req.Timeout
+	}
+	if secs < 1 || secs > 1<<31 {
+		return badRequest("timeout %d: want seconds from now, 1 or more", secs)
+	}
+	id := r.PathValue("id")
+	info, err := s.running(r, id)
+	if err != nil {
+		return err
+	}
+	if d := time.Duration(secs) * time.Second; time.Now().Add(d).After(info.ExpiresAt) {
+		if _, err := s.m.Extend(r.Context(), id, d, d); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	b := s.boxes[id]
+	if b == nil {
+		token, err := newToken()
+		if err != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("make the sandbox's envd access token: %w", err)
+		}
+		owner, _ := sandboxes.IdentityFrom(r.Context())
+		b = &box{id: id, token: token, owner: owner, template: "base", procs: map[uint32]*proc{}}
+		s.boxes[id] = b
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, "application/json", sandboxAnswer{SandboxID: id, TemplateID: b.template, ClientID: clientID,
+		EnvdVersion: EnvdVersion, EnvdAccessToken: b.token})
+	return nil
 }
 
 func (s *Service) create(w http.ResponseWriter, r *http.Request) error {

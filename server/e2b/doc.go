@@ -27,9 +27,10 @@
 // error codes, Connect-Timeout-Ms) is a few hundred lines, without a
 // protobuf toolchain, generated files or a new module in the build.
 //
-// Built: create, list (metadata filter, paging), getInfo, kill and
-// setTimeout; process Start (with keepalives and Connect-Timeout-Ms as
-// the command's timeout), List and SendSignal; GET and POST /files,
+// Built: create, connect (a running sandbox), list (metadata filter,
+// paging), getInfo, kill and setTimeout; process Start (with keepalives
+// and Connect-Timeout-Ms as the command's timeout), Connect (reattach),
+// List and SendSignal; GET and POST /files,
 // Stat, ListDir (with depth) and Remove; GET /health. Every other route
 // of E2B's answers 501 (control API) or Connect's unimplemented (envd),
 // saying it is not built yet.

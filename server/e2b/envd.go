@@ -74,7 +74,7 @@ var unary = map[string]func(s *Service, ctx context.Context, b *box, r *http.Req
 
 // streams are the server streams: the SDK reads their errors from the
 // end-of-stream envelope.
-var streams = map[string]bool{"/process.Process/Start": true, "/process.Process/Connect": true, "/filesystem.Filesystem/WatchDir": true}
+var streams = map[string]bool{"/filesystem.Filesystem/WatchDir": true}
 
 func (s *Service) rpc(w http.ResponseWriter, r *http.Request, id, path string) {
 	b := s.box(id) // the token was checked: it is there, unless killed since
@@ -82,8 +82,12 @@ func (s *Service) rpc(w http.ResponseWriter, r *http.Request, id, path string) {
 		writeUnaryError(w, rpcErrorf(codeNotFound, "sandbox %q is not running", id))
 		return
 	}
-	if path == "/process.Process/Start" {
+	switch path {
+	case "/process.Process/Start":
 		s.start(w, r, b)
+		return
+	case "/process.Process/Connect":
+		s.reattach(w, r, b)
 		return
 	}
 	if streams[path] {
@@ -217,18 +221,54 @@ func (s *Service) start(w http.ResponseWriter, r *http.Request, b *box) {
 	if err := st.send(processEvent{Start: &startEvent{Pid: p.pid}}); err != nil {
 		return // the client is gone; the command goes on
 	}
-	s.follow(r, st, b, p)
+	s.follow(r, st, b, p, 0, 0)
 }
 
-// follow streams the output of p's exec to its end.
-func (s *Service) follow(r *http.Request, st *eventStream, b *box, p *proc) {
+// processConnectRequest is process.ConnectRequest.
+type processConnectRequest struct {
+	Process processSelector `json:"process"`
+}
+
+// reattach is process.Process/Connect: a running command reattached by
+// pid or tag, its output from now on (as envd's: what came before is not
+// sent again), to its end. A command that has ended is not found.
+func (s *Service) reattach(w http.ResponseWriter, r *http.Request, b *box) {
+	st := newEventStream(w)
+	var req processConnectRequest
+	if err := readStreamRequest(r, &req); err != nil {
+		st.end(err)
+		return
+	}
+	p, err := b.find(req.Process)
+	if err != nil {
+		st.end(err)
+		return
+	}
+	x, err := s.m.GetExec(r.Context(), b.id, p.execID)
+	if err != nil {
+		st.end(err)
+		return
+	}
+	if !x.Running {
+		st.end(rpcErrorf(codeNotFound, "process %d has ended", p.pid))
+		return
+	}
+	if err := st.send(processEvent{Start: &startEvent{Pid: p.pid}}); err != nil {
+		return
+	}
+	s.follow(r, st, b, p, x.StdoutBytes, x.StderrBytes)
+}
+
+// follow streams the output of p's exec, from the given offsets, to its
+// end.
+func (s *Service) follow(r *http.Request, st *eventStream, b *box, p *proc, stdoutFrom, stderrFrom int64) {
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
 		st.keepalives(r, stop)
 	}()
 	ended := false
-	err := s.m.Output(r.Context(), b.id, p.execID, 0, 0, true, func(ev sandboxes.ExecEvent) error {
+	err := s.m.Output(r.Context(), b.id, p.execID, stdoutFrom, stderrFrom, true, func(ev sandboxes.ExecEvent) error {
 		switch ev.Type {
 		case sandboxes.EventStdout, sandboxes.EventStderr:
 			data := ev.Base64

@@ -4,7 +4,7 @@
 // clients/e2b-test/e2b_test.go starts the server and runs this suite.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox, CommandExitError, AuthenticationError, SandboxError } from 'e2b'
+import { Sandbox, CommandExitError, AuthenticationError, SandboxError, SandboxNotFoundError } from 'e2b'
 
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
   if (!process.env[v]) throw new Error(`${v} is not set: run this suite with go test ./clients/e2b-test/`)
@@ -125,4 +125,25 @@ test('refusals: a wrong API key, a wrong or missing access token', async () => {
   } finally {
     await sbx.kill()
   }
+})
+
+test('connect: a sandbox again, and a running command reattached', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+  try {
+    const again = await Sandbox.connect(sbx.sandboxId)
+    assert.equal((await again.commands.run('echo again')).stdout, 'again\n')
+    const bg = await sbx.commands.run('sleep 1; echo late', { background: true })
+    const re = await again.commands.connect(bg.pid)
+    assert.equal(re.pid, bg.pid)
+    assert.equal((await re.wait()).stdout, 'late\n')
+    assert.equal((await bg.wait()).stdout, 'late\n')
+    await assert.rejects(again.commands.connect(bg.pid))
+    // connect extends a lifetime, never shortens it.
+    const before = new Date((await sbx.getInfo()).endAt).getTime()
+    await Sandbox.connect(sbx.sandboxId, { timeoutMs: 10_000 })
+    assert.equal(new Date((await sbx.getInfo()).endAt).getTime(), before)
+  } finally {
+    await sbx.kill()
+  }
+  await assert.rejects(Sandbox.connect(sbx.sandboxId), SandboxNotFoundError)
 })
