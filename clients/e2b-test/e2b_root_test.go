@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,9 +24,10 @@ const testToken = "e2b-sdk-test-token-0123456789"
 const hint = "install nodejs and npm (scripts/setup.sh does)"
 
 // TestE2BSDKServe installs the pinned e2b SDK (npm ci) and runs the
-// suite in test/ against the real serve, control API and envd on the one
-// TCP listener, then checks that serve stops on SIGTERM with status 0
-// (no sandbox left).
+// suite in test/ against the real serve (with testdata/policy.rego),
+// control API and envd on the one TCP listener, then checks that serve
+// stops on SIGTERM with status 0 and that its decision log has the
+// suite's denials.
 func TestE2BSDKServe(t *testing.T) {
 	testtier.Root(t)
 	nodeBin := testtier.Command(t, "js", "node", hint)
@@ -37,7 +39,11 @@ func TestE2BSDKServe(t *testing.T) {
 	if out, err := ci.CombinedOutput(); err != nil {
 		t.Fatalf("npm ci in clients/e2b-test: %v (is the npm registry or npm's cache reachable?)\n%s", err, out)
 	}
-	srv := serverproc.Serve(t, testToken)
+	policy, err := filepath.Abs("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serverproc.Serve(t, testToken, "--policy", policy)
 	url := "http://" + srv.Addr
 	cmd := exec.CommandContext(ctx, nodeBin, "--test", "--test-reporter=tap", "test/")
 	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+testToken,
@@ -48,10 +54,21 @@ func TestE2BSDKServe(t *testing.T) {
 	if err != nil {
 		t.Errorf("node --test test/: %v", err)
 	}
-	for _, want := range []string{"# pass 3", "# fail 0", "# skipped 0", "# cancelled 0"} {
+	for _, want := range []string{"# pass 4", "# fail 0", "# skipped 0", "# cancelled 0"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("node --test: no %q in its summary", want)
 		}
 	}
 	srv.Stop(t)
+	// The denials are the server's decisions, logged as the REST API's
+	// are, for the identity whose key the SDK sent.
+	log, err := os.ReadFile(filepath.Join(srv.State, "serve-decisions.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"agents may not read secret/", "commands may not say forbidden-word", `"name":"token"`} {
+		if !strings.Contains(string(log), want) {
+			t.Errorf("serve-decisions.log has no %q", want)
+		}
+	}
 }

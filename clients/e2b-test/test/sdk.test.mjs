@@ -147,3 +147,22 @@ test('connect: a sandbox again, and a running command reattached', async () => {
   }
   await assert.rejects(Sandbox.connect(sbx.sandboxId), SandboxNotFoundError)
 })
+
+test('the policy judges E2B\'s actions (testdata/policy.rego)', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    await sbx.files.write('secret/key.txt', 'k')
+    await assert.rejects(sbx.files.read('secret/key.txt'), (err) => {
+      assert.match(err.message, /agents may not read secret\//)
+      return true
+    })
+    await assert.rejects(sbx.commands.run('echo forbidden-word'), (err) => {
+      assert.ok(!(err instanceof CommandExitError), `a denied command is not an exit: ${err}`)
+      assert.match(err.message, /permission_denied.*commands may not say forbidden-word/)
+      return true
+    })
+    assert.equal((await sbx.commands.run('echo allowed')).stdout, 'allowed\n')
+  } finally {
+    await sbx.kill()
+  }
+})
