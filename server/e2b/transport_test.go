@@ -3,6 +3,8 @@ package e2b_test
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"io"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/sandboxes"
 	"github.com/agentsandbox/agentsandbox/server"
 	"github.com/agentsandbox/agentsandbox/server/e2b"
 )
@@ -245,5 +248,54 @@ func TestControlAndEnvd(t *testing.T) {
 	// The REST API is as it was.
 	if code, _, b = do(t, base, call{"GET", "/v1/sandboxes", map[string]string{"Authorization": "Bearer " + key}, ""}); code != http.StatusOK || !strings.Contains(string(b), `"sandboxes"`) {
 		t.Fatalf("REST list: %d %s", code, b)
+	}
+}
+
+// TestIdentities: the control API's key is an identity's, which owns the
+// sandbox and is held to its limits; another identity finds nothing.
+func TestIdentities(t *testing.T) {
+	const keyA, keyB = "identity-a-key-0123456789abcdef", "identity-b-key-0123456789abcdef"
+	m := fakesandboxes.New(t.TempDir())
+	s, err := server.New(server.Options{Manager: m, Transports: e2b.New(m).Transports(), Identities: []server.Identity{
+		{Identity: sandboxes.Identity{Name: "a", MaxSandboxes: 1}, TokenSHA256: sha256.Sum256([]byte(keyA))},
+		{Identity: sandboxes.Identity{Name: "b", MaxSandboxes: 1}, TokenSHA256: sha256.Sum256([]byte(keyB))},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	base := hs.URL
+	as := func(k string) map[string]string { return map[string]string{"X-API-Key": k} }
+
+	code, _, b := do(t, base, call{"POST", "/v2/sandboxes", as(keyA), `{"templateID":"base"}`})
+	var c created
+	if json.Unmarshal(b, &c); code != http.StatusCreated {
+		t.Fatalf("a's create: %d %s", code, b)
+	}
+	if code, _, b := do(t, base, call{"POST", "/v2/sandboxes", as(keyA), `{"templateID":"base"}`}); code != http.StatusTooManyRequests || !strings.HasPrefix(string(b), `{"code":429,`) {
+		t.Fatalf("a's second create, over its max_sandboxes 1: %d %s", code, b)
+	}
+	if code, _, b := do(t, base, call{"GET", "/v2/sandboxes", as(keyB), ""}); code != http.StatusOK || string(b) != "[]" {
+		t.Fatalf("b's list: %d %s", code, b)
+	}
+	for _, cl := range []call{
+		{"GET", "/sandboxes/" + c.SandboxID, as(keyB), ""},
+		{"DELETE", "/sandboxes/" + c.SandboxID, as(keyB), ""},
+		{"POST", "/sandboxes/" + c.SandboxID + "/timeout", as(keyB), `{"timeout":10}`},
+		{"POST", "/v2/sandboxes/" + c.SandboxID + "/connect", as(keyB), `{}`},
+	} {
+		if code, _, b := do(t, base, cl); code != http.StatusNotFound || !strings.HasPrefix(string(b), `{"code":404,`) {
+			t.Errorf("b's %s %s of a's sandbox: %d %s", cl.method, cl.path, code, b)
+		}
+	}
+	// envd acts for a, whose token it is.
+	code, _, b = do(t, base, call{"POST", "/filesystem.Filesystem/ListDir", with(envd(c), "Content-Type", "application/json"), `{"path":"/home/user"}`})
+	if code != http.StatusOK {
+		t.Fatalf("ListDir with a's token: %d %s", code, b)
+	}
+	infos, err := m.List(sandboxes.WithIdentity(context.Background(), sandboxes.Identity{Name: "a"}), nil)
+	if err != nil || len(infos) != 1 || infos[0].Owner != "a" {
+		t.Fatalf("a's sandboxes: %+v %v", infos, err)
 	}
 }
