@@ -236,10 +236,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		if rw.wrote {
 			panic(http.ErrAbortHandler) // cut the answer short: the client sees it is incomplete
 		}
-		s.fail(t, rw, sandboxes.Errorf(sandboxes.CodeInternal, "the server failed on %s %s (a bug: report it with the server's log)", r.Method, r.URL.Path))
+		s.fail(t, rw, r, sandboxes.Errorf(sandboxes.CodeInternal, "the server failed on %s %s (a bug: report it with the server's log)", r.Method, r.URL.Path))
 	}()
 	if !s.enter() {
-		s.fail(t, rw, sandboxes.Errorf(sandboxes.CodeStopped, "the server is shutting down: retry against a new server"))
+		s.fail(t, rw, r, sandboxes.Errorf(sandboxes.CodeStopped, "the server is shutting down: retry against a new server"))
 		return
 	}
 	defer s.leave()
@@ -251,7 +251,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		// A client without the token keeps no connection open.
 		rw.Header().Set("Connection", "close")
 		rw.Header().Set("WWW-Authenticate", `Bearer realm="agentsandbox"`)
-		s.fail(t, rw, err)
+		s.fail(t, rw, r, err)
 		return
 	}
 	// The Manager (and MCP's tools) act for the identity: what is
@@ -264,7 +264,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	// does nothing.
 	r = r.WithContext(otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
 	if uncleanPath(r.URL.Path) {
-		s.fail(t, rw, badRequest("path %q has an empty, \".\" or \"..\" segment: send a canonical path; workspace paths are relative and stay in the workspace", r.URL.Path))
+		s.fail(t, rw, r, badRequest("path %q has an empty, \".\" or \"..\" segment: send a canonical path; workspace paths are relative and stay in the workspace", r.URL.Path))
 		return
 	}
 	_, pattern := s.mux.Handler(r)
@@ -273,7 +273,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if !anon && !public[pattern] {
 		if !s.acquire(id) {
-			s.fail(t, rw, sandboxes.Errorf(sandboxes.CodeLimit, "%d requests of identity %s are in flight, its limit (max_in_flight): wait for one to finish", s.maxInFlight(id), id.Name))
+			s.fail(t, rw, r, sandboxes.Errorf(sandboxes.CodeLimit, "%d requests of identity %s are in flight, its limit (max_in_flight): wait for one to finish", s.maxInFlight(id), id.Name))
 			return
 		}
 		defer s.release(id.Name)

@@ -26,9 +26,9 @@ type Transport struct {
 	// the limit of requests in flight). Without it the request needs an
 	// identity's token, as the API's do.
 	Authenticate func(r *http.Request) (id sandboxes.Identity, public bool, err error)
-	// WriteError answers err, an *sandboxes.Error of the server, with
-	// the HTTP status status.
-	WriteError func(w http.ResponseWriter, status int, err *sandboxes.Error)
+	// WriteError answers r with err, an *sandboxes.Error of the server,
+	// whose HTTP status is status.
+	WriteError func(w http.ResponseWriter, r *http.Request, status int, err *sandboxes.Error)
 	// Handler answers the transport's requests; their context carries
 	// the identity (sandboxes.IdentityFrom) unless public.
 	Handler http.Handler
@@ -44,14 +44,14 @@ func (s *Server) transportFor(r *http.Request) *Transport {
 	return nil
 }
 
-// fail answers err in the shape of t (the API's when t is nil).
-func (s *Server) fail(t *Transport, w http.ResponseWriter, err error) {
+// fail answers r with err in the shape of t (the API's when t is nil).
+func (s *Server) fail(t *Transport, w http.ResponseWriter, r *http.Request, err error) {
 	if t == nil {
 		writeError(w, err)
 		return
 	}
 	b := errorBody(err)
-	t.WriteError(w, Status(b.Error.Code), &b.Error)
+	t.WriteError(w, r, Status(b.Error.Code), &b.Error)
 }
 
 // authenticateFor is who r acts for: t's authentication when it has one,

@@ -33,7 +33,7 @@ func TestTransport(t *testing.T) {
 				return sandboxes.Identity{Name: v}, false, nil
 			}
 		},
-		WriteError: func(w http.ResponseWriter, status int, err *sandboxes.Error) {
+		WriteError: func(w http.ResponseWriter, r *http.Request, status int, err *sandboxes.Error) {
 			w.WriteHeader(status)
 			fmt.Fprintf(w, "own %d %s", status, err.Code)
 		},

@@ -102,7 +102,7 @@ func (s *Service) rpc(w http.ResponseWriter, r *http.Request, id, path string) {
 	}
 	v, err := h(s, r.Context(), b, r)
 	if err != nil {
-		if sandboxes.CodeOf(err) == sandboxes.CodeNotFound && s.stopped(r.Context(), b) {
+		if c := sandboxes.CodeOf(err); (c == sandboxes.CodeNotFound || c == sandboxes.CodeConflict) && s.stopped(r.Context(), b) {
 			err = rpcErrorf(codeUnavailable, "sandbox %s is not running", b.id)
 		}
 		writeUnaryError(w, err)

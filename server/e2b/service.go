@@ -121,33 +121,45 @@ func (s *Service) forget(id string) {
 
 // authenticateEnvd is who an envd request acts for: the identity of its
 // sandbox's creator, when it sends the sandbox's access token
-// (X-Access-Token). GET /health needs none, and acts for nobody.
+// (X-Access-Token). GET /health needs none, and acts for nobody. A
+// sandbox with no token is not found, whatever the request sends.
 func (s *Service) authenticateEnvd(r *http.Request) (sandboxes.Identity, bool, error) {
 	if r.Method == http.MethodGet && r.URL.Path == "/health" {
 		return sandboxes.Identity{}, true, nil
 	}
-	b := s.box(r.Header.Get("E2b-Sandbox-Id"))
+	id := r.Header.Get("E2b-Sandbox-Id")
+	b := s.box(id)
+	// A sandbox without a token is not running (or was never given one):
+	// the same as GET /health, public, says, which is all E2B's proxy says
+	// of a sandbox that is gone.
+	if b == nil {
+		return sandboxes.Identity{}, false, sandboxes.Errorf(sandboxes.CodeNotFound, "sandbox %q is not running (or has no envd access token: Sandbox.connect gives one)", id)
+	}
 	tok := r.Header.Get("X-Access-Token")
 	if tok == "" {
 		return sandboxes.Identity{}, false, sandboxes.Errorf(sandboxes.CodeAuth, "no X-Access-Token: send the envdAccessToken the control API returned when it created the sandbox")
 	}
-	// A sandbox that is not known is told apart from a wrong token by
-	// nothing: ids cannot be probed.
-	if b == nil || subtle.ConstantTimeCompare([]byte(tok), []byte(b.token)) != 1 {
-		return sandboxes.Identity{}, false, sandboxes.Errorf(sandboxes.CodeAuth, "wrong X-Access-Token for sandbox %q (or no sandbox of that id was created through the E2B API): send the envdAccessToken of its create", r.Header.Get("E2b-Sandbox-Id"))
+	if subtle.ConstantTimeCompare([]byte(tok), []byte(b.token)) != 1 {
+		return sandboxes.Identity{}, false, sandboxes.Errorf(sandboxes.CodeAuth, "wrong X-Access-Token for sandbox %q: send the envdAccessToken of its create or connect", id)
 	}
 	return b.owner, false, nil
 }
 
 // writeEnvdServerError answers an error of the server itself (a wrong
-// token, the limit, shutting down) on envd: a Connect error, whose code
-// the SDK reads from the status as well.
-func writeEnvdServerError(w http.ResponseWriter, status int, err *sandboxes.Error) {
-	writeJSON(w, status, unaryType, &rpcError{Code: connectCode(err.Code), Message: err.Message})
+// token, the limit, shutting down) on envd: a Connect error, which for a
+// server stream is its end-of-stream envelope (the SDK reads no error
+// body of a stream's non-200 answer, only the status).
+func writeEnvdServerError(w http.ResponseWriter, r *http.Request, status int, err *sandboxes.Error) {
+	e := &rpcError{Code: connectCode(err.Code), Message: err.Message}
+	if r.Header.Get("Content-Type") == streamType {
+		newEventStream(w).end(e)
+		return
+	}
+	writeJSON(w, status, unaryType, e)
 }
 
 // writeControlServerError answers it on the control API, as E2B's
 // {code, message}.
-func writeControlServerError(w http.ResponseWriter, status int, err *sandboxes.Error) {
+func writeControlServerError(w http.ResponseWriter, _ *http.Request, status int, err *sandboxes.Error) {
 	writeJSON(w, status, "application/json", apiError{Code: status, Message: err.Message})
 }

@@ -245,6 +245,16 @@ func TestControlAndEnvd(t *testing.T) {
 	if h := health(); h != http.StatusBadGateway {
 		t.Fatalf("health of a killed sandbox: %d", h)
 	}
+	// A stream's errors, the server's own too, are its end-of-stream
+	// envelope: the SDK reads no body of a stream's non-200 answer.
+	events, end = stream(t, base, c, `{"process":{"cmd":"true"}}`, "")
+	if len(events) != 0 || !strings.Contains(end, `"code":"not_found"`) || !strings.Contains(end, "is not running") {
+		t.Fatalf("Start in a killed sandbox: %q %s", events, end)
+	}
+	events, end = stream(t, base, created{SandboxID: other.SandboxID, EnvdAccessToken: "wrong"}, `{"process":{"cmd":"true"}}`, "")
+	if len(events) != 0 || !strings.Contains(end, `"code":"unauthenticated"`) {
+		t.Fatalf("Start with a wrong token: %q %s", events, end)
+	}
 	// The REST API is as it was.
 	if code, _, b = do(t, base, call{"GET", "/v1/sandboxes", map[string]string{"Authorization": "Bearer " + key}, ""}); code != http.StatusOK || !strings.Contains(string(b), `"sandboxes"`) {
 		t.Fatalf("REST list: %d %s", code, b)

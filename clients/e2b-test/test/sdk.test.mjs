@@ -88,7 +88,11 @@ test('a sandbox: run, fail, files, list, timeout, kill', async () => {
   }
   assert.equal(await sbx.isRunning(), false)
   assert.equal(await Sandbox.kill(sbx.sandboxId), false)
-  await assert.rejects(sbx.commands.run('echo hi'))
+  await assert.rejects(sbx.commands.run('echo hi'), (err) => {
+    assert.ok(!(err instanceof AuthenticationError), `a killed sandbox's command: ${err}`)
+    assert.match(err.message, /is not running/)
+    return true
+  })
 })
 
 test('refusals: a wrong API key, a wrong or missing access token', async () => {
