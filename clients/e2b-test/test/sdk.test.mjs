@@ -46,6 +46,17 @@ test('a sandbox: run, fail, files, list, timeout, kill', async () => {
     assert.deepEqual(Array.from(bytes), [66, 66])
     await sbx.files.write('empty.txt', '')
     assert.equal(await sbx.files.read('empty.txt'), '')
+    // The octet-stream and gzip uploads (envd 0.5.7), a streamed one, a
+    // gzip read, and a file of 3 MiB byte for byte.
+    await sbx.files.write('gz.txt', 'zipped', { gzip: true })
+    assert.equal(await sbx.files.read('gz.txt', { gzip: true }), 'zipped')
+    await sbx.files.write('raw.txt', 'raw', { useOctetStream: true })
+    assert.equal(await sbx.files.read('raw.txt'), 'raw')
+    await sbx.files.write('streamed.txt', new Blob(['stre', 'amed']).stream())
+    assert.equal(await sbx.files.read('streamed.txt'), 'streamed')
+    const big = new Uint8Array(3 << 20).map((_, i) => (i * 7) & 0xff)
+    await sbx.files.write('big.bin', big)
+    assert.deepEqual(await sbx.files.read('big.bin', { format: 'bytes' }), big)
 
     const names = (await sbx.files.list('/home/user')).map((e) => e.name).sort()
     for (const n of ['a.txt', 'd', 'out.txt', 'src']) assert.ok(names.includes(n), `${n} not in ${names}`)
