@@ -8,8 +8,10 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -307,5 +309,50 @@ func TestIdentities(t *testing.T) {
 	infos, err := m.List(sandboxes.WithIdentity(context.Background(), sandboxes.Identity{Name: "a"}), nil)
 	if err != nil || len(infos) != 1 || infos[0].Owner != "a" {
 		t.Fatalf("a's sandboxes: %+v %v", infos, err)
+	}
+}
+
+// TestUnixSocket: both transports answer on the unix socket too, where
+// the control API's caller is the peer's uid (no key) and envd still
+// wants the sandbox's token.
+func TestUnixSocket(t *testing.T) {
+	m := fakesandboxes.New(t.TempDir())
+	s, err := server.New(server.Options{Manager: m, Transports: e2b.New(m).Transports()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	l, err := server.ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(l)
+	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	post := func(path string, h map[string]string, body string) (int, []byte) {
+		req, _ := http.NewRequest("POST", "http://sandbox"+path, strings.NewReader(body))
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	code, b := post("/v2/sandboxes", nil, `{"templateID":"base"}`)
+	var c created
+	if json.Unmarshal(b, &c); code != http.StatusCreated || c.EnvdAccessToken == "" {
+		t.Fatalf("create on the unix socket: %d %s", code, b)
+	}
+	if code, b = post("/filesystem.Filesystem/ListDir", with(envd(c), "Content-Type", "application/json"), `{"path":"/home/user"}`); code != http.StatusOK {
+		t.Fatalf("ListDir with the token: %d %s", code, b)
+	}
+	if code, b = post("/filesystem.Filesystem/ListDir", with(envd(c), "Content-Type", "application/json", "X-Access-Token", ""), `{"path":"/home/user"}`); code != http.StatusUnauthorized {
+		t.Fatalf("ListDir without the token: %d %s", code, b)
 	}
 }
