@@ -45,6 +45,9 @@ func (s *Service) controlHandler() http.Handler {
 	handle("DELETE /sandboxes/{id}", s.kill)
 	handle("POST /sandboxes/{id}/timeout", s.setTimeout)
 	handle("POST /v2/sandboxes/{id}/connect", s.connect)
+	handle("POST /sandboxes/{id}/snapshots", s.createSnapshot)
+	handle("GET /snapshots", s.listSnapshots)
+	handle("POST /sandboxes/{id}/fork", s.fork)
 	for _, p := range notBuilt {
 		handle(p.pattern, func(w http.ResponseWriter, r *http.Request) error {
 			return &sandboxes.Error{Code: sandboxes.CodeUnsupport, Message: fmt.Sprintf("%s %s (%s) is not built yet in agentsandbox's E2B transport: docs/e2b.md lists what is", r.Method, r.URL.Path, p.what)}
@@ -69,10 +72,7 @@ var notBuilt = []struct{ pattern, what string }{
 	{"GET /sandboxes/{id}/logs", "logs"},
 	{"GET /v2/sandboxes/{id}/logs", "logs"},
 	{"POST /sandboxes/{id}/refreshes", "refresh"},
-	{"POST /sandboxes/{id}/snapshots", "sandbox.createSnapshot"},
-	{"GET /snapshots", "Sandbox.listSnapshots"},
-	{"DELETE /templates/{id}", "Sandbox.deleteSnapshot"},
-	{"POST /sandboxes/{id}/fork", "sandbox.fork"},
+	{"DELETE /templates/{id}", "Sandbox.deleteSnapshot (a sandbox's snapshots go when it stops)"},
 	{"PUT /sandboxes/{id}/network", "sandbox.updateNetwork"},
 }
 
@@ -185,8 +185,10 @@ func (n newSandbox) spec() (sandboxes.Spec, error) {
 	case t == "" || t == "base":
 	case strings.Contains(t, "#"):
 		spec.Template = t
+	case isSnapshotID(t):
+		spec.FromSnapshot = t
 	default:
-		return spec, badRequest("templateID %q: this server has template \"base\" (the default sandbox) and the workflow steps of serve --templates, named FILE#STEP (docs/e2b.md)", t)
+		return spec, badRequest("templateID %q: this server has template \"base\" (the default sandbox), the workflow steps of serve --templates, named FILE#STEP, and snapshots, sha256:<hex> (docs/e2b.md)", t)
 	}
 	if n.AllowInternetAccess != nil && *n.AllowInternetAccess {
 		return spec, &sandboxes.Error{Code: sandboxes.CodeUnsupport, Message: "allow_internet_access: true is not built yet in agentsandbox's E2B transport: its sandboxes have no network (create one with network.allow through the REST API, docs/api.md)"}
@@ -267,26 +269,35 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	token, err := newToken()
-	if err != nil {
-		return fmt.Errorf("make the sandbox's envd access token: %w", err)
-	}
-	info, err := s.m.Create(r.Context(), spec)
-	if err != nil {
-		return err
-	}
-	s.sweep(r.Context())
-	owner, _ := sandboxes.IdentityFrom(r.Context())
 	template := req.TemplateID
 	if template == "" {
 		template = "base"
 	}
+	a, err := s.newSandbox(r, spec, template)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, "application/json", a)
+	return nil
+}
+
+// newSandbox creates a sandbox of spec for the caller, with its envd
+// access token.
+func (s *Service) newSandbox(r *http.Request, spec sandboxes.Spec, template string) (sandboxAnswer, error) {
+	token, err := newToken()
+	if err != nil {
+		return sandboxAnswer{}, fmt.Errorf("make the sandbox's envd access token: %w", err)
+	}
+	info, err := s.m.Create(r.Context(), spec)
+	if err != nil {
+		return sandboxAnswer{}, err
+	}
+	s.sweep(r.Context())
+	owner, _ := sandboxes.IdentityFrom(r.Context())
 	s.mu.Lock()
 	s.boxes[info.ID] = &box{id: info.ID, token: token, owner: owner, template: template, procs: map[uint32]*proc{}}
 	s.mu.Unlock()
-	writeJSON(w, http.StatusCreated, "application/json", sandboxAnswer{SandboxID: info.ID, TemplateID: template, ClientID: clientID,
-		EnvdVersion: EnvdVersion, EnvdAccessToken: token})
-	return nil
+	return sandboxAnswer{SandboxID: info.ID, TemplateID: template, ClientID: clientID, EnvdVersion: EnvdVersion, EnvdAccessToken: token}, nil
 }
 
 // listed is a Manager sandbox as E2B lists it.

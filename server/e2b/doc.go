@@ -28,7 +28,8 @@
 // protobuf toolchain, generated files or a new module in the build.
 //
 // Built: create, connect (a running sandbox), list (metadata filter,
-// paging), getInfo, kill and setTimeout; process Start (with keepalives
+// paging), getInfo, kill and setTimeout, snapshots (create, list, create
+// from one) and fork (snapshots.go, the workspace only); process Start (with keepalives
 // and Connect-Timeout-Ms as the command's timeout), Connect (reattach),
 // List and SendSignal; GET and POST /files,
 // Stat, ListDir (with depth) and Remove; GET /health. Every other route

@@ -181,3 +181,32 @@ test('the policy judges E2B\'s actions (testdata/policy.rego)', async () => {
     await sbx.kill()
   }
 })
+
+test('snapshots and forks: the workspace, into new sandboxes', async () => {
+  const sbx = await Sandbox.create({ metadata: { forks: String(process.pid) } })
+  const made = [sbx]
+  try {
+    await sbx.files.write('state.txt', 'v1')
+    const snap = await sbx.createSnapshot({ name: 'v1' })
+    assert.match(snap.snapshotId, /^sha256:[0-9a-f]{64}$/)
+    assert.deepEqual(snap.names, ['v1'])
+    const listed = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems()
+    assert.deepEqual(listed.map((s) => s.snapshotId), [snap.snapshotId])
+    await sbx.files.write('state.txt', 'v2')
+
+    const from = await Sandbox.create(snap.snapshotId)
+    made.push(from)
+    assert.equal(await from.files.read('state.txt'), 'v1')
+
+    const forks = await sbx.fork({ count: 2, timeoutMs: 60_000 })
+    assert.equal(forks.length, 2)
+    for (const f of forks) {
+      assert.ok(!(f instanceof Error), `a fork failed: ${f}`)
+      made.push(f)
+      assert.notEqual(f.sandboxId, sbx.sandboxId)
+      assert.equal((await f.commands.run('cat state.txt')).stdout, 'v2')
+    }
+  } finally {
+    for (const s of made) await s.kill()
+  }
+})
