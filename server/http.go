@@ -267,9 +267,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.fail(t, rw, r, badRequest("path %q has an empty, \".\" or \"..\" segment: send a canonical path; workspace paths are relative and stay in the workspace", r.URL.Path))
 		return
 	}
-	_, pattern := s.mux.Handler(r)
-	if t != nil {
-		pattern = ""
+	pattern := "" // a transport's request is not public by its pattern
+	if t == nil {
+		_, pattern = s.mux.Handler(r)
 	}
 	if !anon && !public[pattern] {
 		if !s.acquire(id) {

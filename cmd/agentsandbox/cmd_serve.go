@@ -233,11 +233,12 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 	defer closeLog()
 	defer hup.reloadPolicy(ctx, stdio, opts.Policy, mgr)()
 	mcpServer := mcpserver.New(mgr, toolVersion(), mcpserver.Options{Records: store})
+	logf := func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) }
 	srv, err := server.New(server.Options{Manager: mgr, Token: token, Identities: ids, Version: toolVersion(),
 		MaxConnections: opts.MaxConns, BodyTimeout: opts.BodyTimeout,
-		Logf:       func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
+		Logf:       logf,
 		Extra:      map[string]http.Handler{"/mcp": mcpserver.HTTPHandler(mcpServer)},
-		Transports: e2b.New(mgr).Transports()}) // E2B's control API and envd (docs/e2b.md)
+		Transports: e2b.New(mgr, e2b.Options{Logf: logf}).Transports()}) // E2B's control API and envd (docs/e2b.md)
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))
 	}

@@ -35,6 +35,7 @@ func (s *Service) controlHandler() http.Handler {
 	handle := func(pattern string, h func(w http.ResponseWriter, r *http.Request) error) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			if err := h(w, r); err != nil {
+				s.logInternal(r, err)
 				writeControlError(w, err)
 			}
 		})

@@ -101,6 +101,7 @@ func (s *Service) rpc(w http.ResponseWriter, r *http.Request, id, path string) {
 		return
 	}
 	v, err := h(s, r.Context(), b, r)
+	s.logInternal(r, err)
 	if err != nil {
 		if c := sandboxes.CodeOf(err); (c == sandboxes.CodeNotFound || c == sandboxes.CodeConflict) && s.stopped(r.Context(), b) {
 			err = rpcErrorf(codeUnavailable, "sandbox %s is not running", b.id)
@@ -295,6 +296,7 @@ func (s *Service) follow(r *http.Request, st *eventStream, b *box, p *proc, stdo
 	})
 	close(stop)
 	<-stopped // no keepalive after the end
+	s.logInternal(r, err)
 	if err == nil && !ended {
 		err = rpcErrorf(codeInternal, "the output of process %d ended without its exit", p.pid)
 	}

@@ -215,6 +215,7 @@ func (s *Service) files(w http.ResponseWriter, r *http.Request, id string) {
 		err = rpcErrorf(codeUnimplemented, "%s /files: GET reads a file, POST writes", r.Method)
 	}
 	if err != nil {
+		s.logInternal(r, err)
 		filesError(w, err)
 	}
 }

@@ -25,7 +25,7 @@ func FuzzWriteFiles(f *testing.F) {
 	f.Add("--B\r\nContent-Disposition: form-data; name=file; filename*=UTF-8''%2Fetc%2Fpasswd\r\n\r\nP\r\n--B--\r\n")
 	f.Add("--B\r\n\r\n--B")
 	m := fakesandboxes.New(f.TempDir())
-	s := New(m)
+	s := New(m, Options{})
 	info, err := m.Create(context.Background(), sandboxes.Spec{})
 	if err != nil {
 		f.Fatal(err)

@@ -40,6 +40,7 @@ const sandboxWorkspace = "/workspace"
 // action goes to the Manager, as the caller's.
 type Service struct {
 	m sandboxes.Manager
+	o Options
 
 	mu    sync.Mutex
 	boxes map[string]*box // by sandbox id
@@ -66,9 +67,30 @@ type proc struct {
 	tag    *string
 }
 
+// Options configure a Service.
+type Options struct {
+	// Logf logs what the transport cannot tell a client: the host's
+	// failures (code internal) and errors after an answer began (nil:
+	// silent).
+	Logf func(format string, args ...any)
+}
+
 // New returns the E2B transport of m.
-func New(m sandboxes.Manager) *Service {
-	return &Service{m: m, boxes: map[string]*box{}}
+func New(m sandboxes.Manager, o Options) *Service {
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	return &Service{m: m, o: o, boxes: map[string]*box{}}
+}
+
+// logInternal logs err of r when it is the host's failure, which the
+// client's message alone does not let an operator see.
+func (s *Service) logInternal(r *http.Request, err error) {
+	if err != nil && sandboxes.CodeOf(err) == sandboxes.CodeInternal {
+		if _, ok := err.(*rpcError); !ok {
+			s.o.Logf("e2b: %s %s: %v", r.Method, r.URL.Path, err)
+		}
+	}
 }
 
 // Transports are the control API and envd, for server.Options.Transports.

@@ -29,7 +29,7 @@ const key = "e2b-transport-test-key-0123456789"
 func serve(t *testing.T) string {
 	t.Helper()
 	m := fakesandboxes.New(t.TempDir())
-	s, err := server.New(server.Options{Manager: m, Token: key, Transports: e2b.New(m).Transports()})
+	s, err := server.New(server.Options{Manager: m, Token: key, Transports: e2b.New(m, e2b.Options{}).Transports()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestControlAndEnvd(t *testing.T) {
 func TestIdentities(t *testing.T) {
 	const keyA, keyB = "identity-a-key-0123456789abcdef", "identity-b-key-0123456789abcdef"
 	m := fakesandboxes.New(t.TempDir())
-	s, err := server.New(server.Options{Manager: m, Transports: e2b.New(m).Transports(), Identities: []server.Identity{
+	s, err := server.New(server.Options{Manager: m, Transports: e2b.New(m, e2b.Options{}).Transports(), Identities: []server.Identity{
 		{Identity: sandboxes.Identity{Name: "a", MaxSandboxes: 1}, TokenSHA256: sha256.Sum256([]byte(keyA))},
 		{Identity: sandboxes.Identity{Name: "b", MaxSandboxes: 1}, TokenSHA256: sha256.Sum256([]byte(keyB))},
 	}})
@@ -317,7 +317,7 @@ func TestIdentities(t *testing.T) {
 // wants the sandbox's token.
 func TestUnixSocket(t *testing.T) {
 	m := fakesandboxes.New(t.TempDir())
-	s, err := server.New(server.Options{Manager: m, Transports: e2b.New(m).Transports()})
+	s, err := server.New(server.Options{Manager: m, Transports: e2b.New(m, e2b.Options{}).Transports()})
 	if err != nil {
 		t.Fatal(err)
 	}
