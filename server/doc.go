@@ -37,6 +37,12 @@
 //     (file_routes.go, with the bounded put and the lazily begun get).
 //     Options.Extra (the MCP endpoint /mcp of package server/mcp) are
 //     registered after them by extra.go, and answer for themselves.
+//   - transport.go: Options.Transports, other protocols on the same
+//     listeners (E2B's control API and envd, package server/e2b). Each
+//     picks its requests (Match) before the route table, may
+//     authenticate them itself, and has the server's own errors written
+//     in its shape; serve gives them the same recovery, drain and
+//     per-identity limit.
 //
 // A new route is registered in its resource's register function (or a
 // new one, called from Server.routes) and documented in openapi.json;

@@ -223,6 +223,7 @@ func uncleanPath(p string) bool {
 // mux would answer in text.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	rw := &respWriter{ResponseWriter: w}
+	t := s.transportFor(r) // nil: the API's (transport.go)
 	defer func() {
 		v := recover()
 		if v == nil {
@@ -235,42 +236,51 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		if rw.wrote {
 			panic(http.ErrAbortHandler) // cut the answer short: the client sees it is incomplete
 		}
-		writeError(rw, sandboxes.Errorf(sandboxes.CodeInternal, "the server failed on %s %s (a bug: report it with the server's log)", r.Method, r.URL.Path))
+		s.fail(t, rw, r, sandboxes.Errorf(sandboxes.CodeInternal, "the server failed on %s %s (a bug: report it with the server's log)", r.Method, r.URL.Path))
 	}()
 	if !s.enter() {
-		writeError(rw, sandboxes.Errorf(sandboxes.CodeStopped, "the server is shutting down: retry against a new server"))
+		s.fail(t, rw, r, sandboxes.Errorf(sandboxes.CodeStopped, "the server is shutting down: retry against a new server"))
 		return
 	}
 	defer s.leave()
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = s.bodyTimer(w, r.Body)
 	}
-	id, err := s.authenticate(r)
+	id, anon, err := s.authenticateFor(t, r)
 	if err != nil {
 		// A client without the token keeps no connection open.
 		rw.Header().Set("Connection", "close")
 		rw.Header().Set("WWW-Authenticate", `Bearer realm="agentsandbox"`)
-		writeError(rw, err)
+		s.fail(t, rw, r, err)
 		return
 	}
 	// The Manager (and MCP's tools) act for the identity: what is
 	// another's is not found.
-	r = r.WithContext(sandboxes.WithIdentity(r.Context(), id.Identity))
+	if !anon {
+		r = r.WithContext(sandboxes.WithIdentity(r.Context(), id.Identity))
+	}
 	// A caller's W3C trace context (the traceparent header) makes the
 	// request's spans part of its trace; with tracing off the propagator
 	// does nothing.
 	r = r.WithContext(otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
 	if uncleanPath(r.URL.Path) {
-		writeError(rw, badRequest("path %q has an empty, \".\" or \"..\" segment: send a canonical path; workspace paths are relative and stay in the workspace", r.URL.Path))
+		s.fail(t, rw, r, badRequest("path %q has an empty, \".\" or \"..\" segment: send a canonical path; workspace paths are relative and stay in the workspace", r.URL.Path))
 		return
 	}
-	_, pattern := s.mux.Handler(r)
-	if !public[pattern] {
+	pattern := "" // a transport's request is not public by its pattern
+	if t == nil {
+		_, pattern = s.mux.Handler(r)
+	}
+	if !anon && !public[pattern] {
 		if !s.acquire(id) {
-			writeError(rw, sandboxes.Errorf(sandboxes.CodeLimit, "%d requests of identity %s are in flight, its limit (max_in_flight): wait for one to finish", s.maxInFlight(id), id.Name))
+			s.fail(t, rw, r, sandboxes.Errorf(sandboxes.CodeLimit, "%d requests of identity %s are in flight, its limit (max_in_flight): wait for one to finish", s.maxInFlight(id), id.Name))
 			return
 		}
 		defer s.release(id.Name)
+	}
+	if t != nil {
+		t.Handler.ServeHTTP(rw, r)
+		return
 	}
 	s.mux.ServeHTTP(&muxWriter{respWriter: rw, r: r}, r)
 }

@@ -78,6 +78,9 @@ type Options struct {
 	// same authentication, drain and per-client limit as the API, and are
 	// not described by openapi.json.
 	Extra map[string]http.Handler
+	// Transports are other protocols served on the same listeners, such
+	// as E2B's (package server/e2b): transport.go.
+	Transports []Transport
 }
 
 // Server serves a Manager over HTTP.
@@ -128,6 +131,9 @@ func New(o Options) (*Server, error) {
 		o.Logf = func(string, ...any) {}
 	}
 	ids, err := checkIdentities(o)
+	if err == nil {
+		err = checkTransports(o.Transports)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 	"github.com/agentsandbox/agentsandbox/server"
+	"github.com/agentsandbox/agentsandbox/server/e2b"
 	mcpserver "github.com/agentsandbox/agentsandbox/server/mcp"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
@@ -82,7 +83,9 @@ line). Both files must be regular files of the server's user that no one else
 can read or write. Every sandbox, run, record and snapshot belongs to the
 identity that made it: another identity gets 404, an admin sees all. The same
 sandboxes are offered to MCP clients over streamable HTTP at /mcp, behind the
-same authentication (docs/mcp.md; agentsandbox mcp serves them on stdio). SIGINT or SIGTERM drains the
+same authentication (docs/mcp.md; agentsandbox mcp serves them on stdio), and to
+the unmodified E2B SDK with E2B_API_URL and E2B_SANDBOX_URL set to the TCP
+address and E2B_API_KEY to a token (docs/e2b.md). SIGINT or SIGTERM drains the
 requests in flight, then stops every sandbox and writes their records. At
 start it removes what a server killed with SIGKILL left behind (as gc does).
 
@@ -230,10 +233,12 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 	defer closeLog()
 	defer hup.reloadPolicy(ctx, stdio, opts.Policy, mgr)()
 	mcpServer := mcpserver.New(mgr, toolVersion(), mcpserver.Options{Records: store})
+	logf := func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) }
 	srv, err := server.New(server.Options{Manager: mgr, Token: token, Identities: ids, Version: toolVersion(),
 		MaxConnections: opts.MaxConns, BodyTimeout: opts.BodyTimeout,
-		Logf:  func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
-		Extra: map[string]http.Handler{"/mcp": mcpserver.HTTPHandler(mcpServer)}})
+		Logf:       logf,
+		Extra:      map[string]http.Handler{"/mcp": mcpserver.HTTPHandler(mcpServer)},
+		Transports: e2b.New(mgr, e2b.Options{Logf: logf}).Transports()}) // E2B's control API and envd (docs/e2b.md)
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))
 	}
