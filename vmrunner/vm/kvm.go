@@ -27,6 +27,12 @@ const DefaultProbeCache = "/run/agentsandbox/kvm-probe.json"
 // here.
 const ProbeTimeout = 3 * time.Second
 
+// KernelProbeTimeout bounds the second probe, a boot of the runner's own
+// kernel. Under a working KVM it reaches its panic (no root disk) in about
+// a second; on a host where the vCPU hangs once Linux leaves its real-mode
+// setup, it prints "Probing EDD" and nothing more.
+const KernelProbeTimeout = 15 * time.Second
+
 // probeExitCode is qemu's exit status when the probe payload wrote 0x31 to
 // the isa-debug-exit port: (0x31 << 1) | 1.
 const probeExitCode = 99
@@ -36,9 +42,14 @@ const probeExitCode = 99
 // Linux guest: nested virtualisation often refuses `-cpu host` outright
 // (qemu aborts setting an MSR) and hangs other models once the guest
 // leaves real mode. So a probe is only good for the CPU model it ran with.
+// And a small payload can reach long mode where Linux cannot (seen on
+// nested KVM with -cpu max: the payload passes, the kernel hangs after its
+// real-mode setup): so where the runner names its kernel, the probe boots
+// that kernel too, and only both together prove KVM.
 type Target struct {
 	CPU     string // -cpu value, such as "host,+x2apic,-sgx" or "max"
 	Machine string // -M value without accel, such as "microvm,acpi=on"; "microvm" when empty
+	Kernel  string // the runner's -kernel; "" when it names none (no kernel boot is tried)
 }
 
 // MicrovmNixTarget is what microvm.nix's qemu runner passes on x86_64-linux
@@ -46,7 +57,13 @@ type Target struct {
 // `-enable-kvm -cpu host,+x2apic,-sgx -M microvm,accel=kvm:tcg,acpi=on,…`.
 var MicrovmNixTarget = Target{CPU: "host,+x2apic,-sgx", Machine: "microvm,acpi=on,mem-merge=on,pic=off,pit=off,rtc=on,usb=off"}
 
-func (t Target) key() string { return t.CPU + " | " + t.machine() }
+func (t Target) key() string {
+	k := t.CPU + " | " + t.machine()
+	if t.Kernel != "" {
+		k += " | kernel " + t.Kernel
+	}
+	return k
+}
 
 func (t Target) machine() string {
 	if t.Machine == "" {
@@ -68,12 +85,15 @@ type Prober struct {
 	Qemu      string        // qemu-system-x86_64 from PATH when empty
 	CacheFile string        // DefaultProbeCache when empty; "-" disables the cache
 	Timeout   time.Duration // ProbeTimeout when zero
-	KVMDevice string        // /dev/kvm when empty
+	// KernelTimeout bounds the boot of the runner's kernel
+	// (KernelProbeTimeout when zero).
+	KernelTimeout time.Duration
+	KVMDevice     string // /dev/kvm when empty
 }
 
 // probeCacheVersion changes whenever the probe or its answers change
 // shape, so that answers of an older probe are not reused.
-const probeCacheVersion = 2
+const probeCacheVersion = 3
 
 // probeCache is the cache file's content: one answer per target.
 type probeCache struct {
@@ -183,8 +203,94 @@ func (p Prober) probe(ctx context.Context, t Target) vmrunner.KVMAnswer {
 		return vmrunner.KVMAnswer{Reason: fmt.Sprintf("cannot open %s: %v", dev, err)}
 	}
 	f.Close()
-	return p.run(ctx, "kvm", t)
+	a := p.run(ctx, "kvm", t)
+	if !a.Usable || t.Kernel == "" {
+		return a
+	}
+	return p.bootKernel(ctx, t)
 }
+
+// kernelArgs is the kernel probe's qemu command line: the runner's kernel
+// with its CPU model and machine, a serial console on stdout, no disk, no
+// network, and no reboot, so that the kernel's panic at mounting its root
+// ends qemu.
+func kernelArgs(qemu string, t Target) []string {
+	argv := []string{qemu, "-M", t.machine(), "-accel", "kvm"}
+	if t.CPU != "" {
+		argv = append(argv, "-cpu", t.CPU)
+	}
+	return append(argv,
+		"-m", "256", "-smp", "1",
+		"-nodefaults", "-no-user-config", "-display", "none",
+		"-serial", "stdio", "-no-reboot",
+		"-kernel", t.Kernel,
+		"-append", "console=ttyS0 panic=-1 loglevel=4",
+	)
+}
+
+// bootKernel boots t.Kernel under KVM with t's CPU model and machine and
+// answers usable when Linux itself ran ("Linux version" on its console)
+// and qemu ended on its own before KernelProbeTimeout.
+func (p Prober) bootKernel(ctx context.Context, t Target) vmrunner.KVMAnswer {
+	qemu := p.Qemu
+	if qemu == "" {
+		var err error
+		if qemu, err = exec.LookPath("qemu-system-x86_64"); err != nil {
+			return vmrunner.KVMAnswer{Reason: "qemu-system-x86_64 not found (apt-get install qemu-system-x86)"}
+		}
+	}
+	timeout := p.KernelTimeout
+	if timeout == 0 {
+		timeout = KernelProbeTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	argv := kernelArgs(qemu, t)
+	out := &boundedBuffer{max: 64 << 10}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = out, out
+	err := cmd.Run()
+	return kernelVerdict(t, timeout, ctx.Err() == context.DeadlineExceeded, err, out.String())
+}
+
+// kernelVerdict turns how the kernel probe's qemu ended into the answer.
+func kernelVerdict(t Target, timeout time.Duration, timedOut bool, err error, output string) vmrunner.KVMAnswer {
+	output = strings.TrimSpace(output)
+	booted := strings.Contains(output, "Linux version")
+	a := vmrunner.KVMAnswer{Detail: lastLines(output, 3)}
+	switch {
+	case timedOut && !booted:
+		a.Reason = fmt.Sprintf("a probe guest under -accel kvm with %s reached long mode, but the runner's kernel did not start within %v (the vCPU hangs once Linux leaves its real-mode setup)", t, timeout)
+	case timedOut:
+		a.Reason = fmt.Sprintf("a probe guest under -accel kvm with %s reached long mode, but the runner's kernel did not finish booting within %v", t, timeout)
+	case !booted && err != nil:
+		a.Reason = fmt.Sprintf("a probe guest under -accel kvm with %s reached long mode, but qemu failed booting the runner's kernel (%v): %s", t, err, firstError(output))
+	case !booted:
+		a.Reason = fmt.Sprintf("a probe guest under -accel kvm with %s reached long mode, but the runner's kernel printed nothing before qemu ended", t)
+	default:
+		a.Usable, a.Detail = true, ""
+		a.Reason = fmt.Sprintf("a probe guest under -accel kvm with %s reached long mode and the runner's kernel booted", t)
+	}
+	return a
+}
+
+// boundedBuffer keeps the first max bytes written to it and drops the rest.
+type boundedBuffer struct {
+	buf bytes.Buffer
+	max int
+}
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.buf.Len(); room > 0 {
+		if len(p) < room {
+			room = len(p)
+		}
+		b.buf.Write(p[:room])
+	}
+	return len(p), nil
+}
+
+func (b *boundedBuffer) String() string { return b.buf.String() }
 
 func (p Prober) run(ctx context.Context, accel string, t Target) vmrunner.KVMAnswer {
 	qemu := p.Qemu
@@ -272,8 +378,8 @@ func lastLines(s string, n int) string {
 }
 
 // RunnerTarget is the probe target a qemu runner's microvm-run really
-// uses: the -cpu and -M options (accel removed) of the command in it that
-// runs qemu. A runner that sets no -cpu gets qemu's default model, which
+// uses: the -cpu and -M options (accel removed) and the -kernel of the
+// command in it that runs qemu. A runner that sets no -cpu gets qemu's default model, which
 // is what the probe then tries. It fails when it cannot read them: no
 // command runs qemu, or the options come from a variable. Such a runner's
 // target is unknown, and KVM is not proven for it by any probe.
@@ -291,10 +397,12 @@ func RunnerTarget(script string) (Target, error) {
 					t.CPU = args[j+1]
 				case "-M", "-machine":
 					t.Machine = withoutAccel(args[j+1])
+				case "-kernel":
+					t.Kernel = args[j+1]
 				}
 			}
-			if strings.Contains(t.CPU+t.Machine, "$") {
-				return Target{}, fmt.Errorf("its qemu command takes -cpu or -M from a shell variable (%s)", t)
+			if strings.Contains(t.CPU+t.Machine+t.Kernel, "$") {
+				return Target{}, fmt.Errorf("its qemu command takes -cpu, -M or -kernel from a shell variable (%s)", t)
 			}
 			return t, nil
 		}

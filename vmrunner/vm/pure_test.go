@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -173,7 +174,9 @@ func TestRunnerTarget(t *testing.T) {
 		// The fixture's own script: its comments say "the VM's own working
 		// directory", an apostrophe a quote-only reader takes for a quote.
 		{"the fixture's RunScript, comments and all", fixture.RunScript("/bb/busybox"),
-			Target{CPU: "max", Machine: "microvm,acpi=on,mem-merge=on,pcie=off,pic=off,pit=off,rtc=on,usb=off"}},
+			Target{CPU: "max", Machine: "microvm,acpi=on,mem-merge=on,pcie=off,pic=off,pit=off,rtc=on,usb=off", Kernel: "/k"}},
+		{"microvm.nix's kernel", "exec '/q/qemu-system-x86_64' '-M' 'microvm' '-cpu' 'max' '-kernel' '/nix/store/k-linux/bzImage' '-initrd' '/nix/store/i/initrd'\n",
+			Target{CPU: "max", Machine: "microvm", Kernel: "/nix/store/k-linux/bzImage"}},
 		{"comment with quotes before, other commands around",
 			"#!/bin/sh\n# don't -cpu host here\necho '-cpu pentium' ; test -e /dev/kvm && \\\n  exec qemu-system-x86_64 -machine type=q35,accel=kvm -cpu Skylake-Client # not -cpu max\n",
 			Target{CPU: "Skylake-Client", Machine: "q35"}},
@@ -188,6 +191,7 @@ func TestRunnerTarget(t *testing.T) {
 		{"no qemu at all", "#!/bin/sh\nexec cloud-hypervisor --cpus boot=1\n", "no command in it runs qemu"},
 		{"qemu only in a comment", "#!/bin/sh\n# exec qemu-system-x86_64 -cpu max\nexec \"$HV\" \"$@\"\n", "no command in it runs qemu"},
 		{"-cpu from a variable", "exec qemu-system-x86_64 -M microvm -cpu \"$CPU\"\n", "shell variable"},
+		{"-kernel from a variable", "exec qemu-system-x86_64 -M microvm -cpu max -kernel \"$K\"\n", "shell variable"},
 	} {
 		if got, err := RunnerTarget(tc.script); err == nil || !strings.Contains(err.Error(), tc.errWant) {
 			t.Errorf("%s: RunnerTarget = %+v, %v; want an error with %q", tc.name, got, err, tc.errWant)
@@ -447,6 +451,10 @@ func fakeQemu(t *testing.T, shape string) (qemu, device string) {
     kill -ABRT $$`
 	case "hang":
 		kvmWithCPU = "exec sleep 30"
+	case "kernel-hang": // the payload reaches long mode; Linux stops after its real-mode setup
+		kvmWithCPU = "case \"$*\" in *-kernel*) echo 'Probing EDD (edd=off to disable)... ok'; exec sleep 30;; esac"
+	case "boots":
+		kvmWithCPU = "case \"$*\" in *-kernel*) echo 'Linux version 6.1.0-57-amd64'; echo 'Kernel panic - not syncing: VFS: Unable to mount root fs'; exit 0;; esac"
 	}
 	script := "#!/bin/sh\ncase \"$*\" in\n  *'-accel kvm -cpu '*)\n    " + kvmWithCPU + "\n    ;;\nesac\nexit 99\n"
 	qemu = filepath.Join(dir, "qemu-system-x86_64")
@@ -481,8 +489,37 @@ func TestProbeShapes(t *testing.T) {
 	}
 }
 
+// TestKernelProbe: where the target names the runner's kernel, KVM is
+// usable only when that kernel boots under it too: a payload that reaches
+// long mode is not enough (nested KVM with -cpu max hangs Linux after
+// "Probing EDD"). A target without a kernel is judged by the payload.
+func TestKernelProbe(t *testing.T) {
+	ctx := context.Background()
+	max := Target{CPU: "max", Machine: "microvm,acpi=on"}
+	withKernel := max
+	withKernel.Kernel = "/k"
+	qemu, dev := fakeQemu(t, "kernel-hang")
+	p := Prober{Qemu: qemu, CacheFile: "-", KVMDevice: dev, Timeout: 500 * time.Millisecond, KernelTimeout: 500 * time.Millisecond}
+	if a := p.Probe(ctx, max); !a.Usable {
+		t.Errorf("no kernel named: %+v, want usable on the payload's answer", a)
+	}
+	a := p.Probe(ctx, withKernel)
+	if a.Usable || !strings.Contains(a.Reason, "-cpu max") || !strings.Contains(a.Reason, "the runner's kernel did not start within 500ms") || !strings.Contains(a.Detail, "Probing EDD") {
+		t.Errorf("kernel hangs: %+v; want unusable, naming -cpu max, the kernel and its console", a)
+	}
+	qemu, dev = fakeQemu(t, "boots")
+	p = Prober{Qemu: qemu, CacheFile: "-", KVMDevice: dev, Timeout: 500 * time.Millisecond, KernelTimeout: 5 * time.Second}
+	if a := p.Probe(ctx, withKernel); !a.Usable || !strings.Contains(a.Reason, "kernel booted") {
+		t.Errorf("kernel boots: %+v; want usable", a)
+	}
+	if got := kernelArgs("qemu", withKernel); !slices.Contains(got, "-no-reboot") || !slices.Contains(got, "/k") || slices.Contains(got, "-initrd") {
+		t.Errorf("kernelArgs = %q; want the kernel alone, no reboot", got)
+	}
+}
+
 // TestAccelDecisionOfFixtureRunner is the decision on a host whose KVM
-// runs qemu's default CPU but aborts or hangs with -cpu max, for the VM
+// runs qemu's default CPU but aborts or hangs with -cpu max (or runs the
+// probe payload with it and hangs Linux), for the VM
 // test fixture's own runner (which passes -cpu max and whose comments hold
 // an apostrophe): software emulation, the reason naming -cpu max, one
 // warning saying so; never KVM on another target's answer.
@@ -501,11 +538,11 @@ func TestAccelDecisionOfFixtureRunner(t *testing.T) {
 	if err != nil || !ri.AccelFromEnv || ri.Target.CPU != "max" || ri.TargetUnknown != "" {
 		t.Fatalf("ReadRunner of the fixture = %+v, %v; want $ACCEL and -cpu max", ri, err)
 	}
-	for _, shape := range []string{"abort", "hang"} {
+	for _, shape := range []string{"abort", "hang", "kernel-hang"} {
 		qemu, dev := fakeQemu(t, shape)
 		var warn bytes.Buffer
 		b := New(Options{Warn: func(l string) { fmt.Fprintln(&warn, l) }, Probe: func(ctx context.Context, tg Target) vmrunner.KVMAnswer {
-			return Prober{Qemu: qemu, CacheFile: "-", KVMDevice: dev, Timeout: 500 * time.Millisecond}.Probe(ctx, tg)
+			return Prober{Qemu: qemu, CacheFile: "-", KVMDevice: dev, Timeout: 500 * time.Millisecond, KernelTimeout: 500 * time.Millisecond}.Probe(ctx, tg)
 		}})
 		d, err := b.accel(context.Background(), ri, "")
 		if err != nil || d.Accel != "tcg" || !strings.Contains(d.Reason, "-cpu max") {
