@@ -424,7 +424,7 @@ func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepRes
 		spec.Egress = gw
 	}
 	r.emit(Event{Time: time.Now(), Kind: EventStarted, Step: step.Name})
-	res, err := backend.Run(ctx, spec)
+	res, err := vmrunner.RunStep(ctx, backend, spec)
 	console.Flush()
 	if err != nil {
 		return res, err

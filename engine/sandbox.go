@@ -34,7 +34,8 @@ type Sandbox struct {
 	// Workspace is the host directory mounted at /workspace: the files
 	// API reads and writes it beneath its root (internal/jobfs).
 	Workspace string
-	Session   vmrunner.Session
+	// Session is the backend's open sandbox, serving the session job.
+	Session vmrunner.Sandbox
 
 	run *run
 	// plan is the admitted workflow, its step's network.allow kept as it
@@ -52,7 +53,7 @@ type Sandbox struct {
 
 // OpenSandbox opens a sandbox for the one step of w under id (which names
 // its directories, netns and cgroup like a run id). The step's backend
-// must hold sessions (vmrunner.SessionBackend).
+// opens it with a session job (vmrunner.Backend.Open).
 func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options) (_ *Sandbox, err error) {
 	if len(w.Steps) != 1 {
 		return nil, fmt.Errorf("a sandbox is one step; the workflow has %d", len(w.Steps))
@@ -67,8 +68,8 @@ func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options
 		return nil, err
 	}
 	step := plan.Steps[0]
-	backend, ok := o.Backends[step.Isolation].(vmrunner.SessionBackend)
-	if !ok {
+	backend := o.Backends[step.Isolation]
+	if backend == nil {
 		if step.Isolation == workflow.IsolationVM {
 			return nil, fmt.Errorf("vm sandboxes need qemu on the host (apt-get install qemu-system-x86) and a runner realised by Nix from a template that pins nixpkgs; or use isolation namespace")
 		}
@@ -163,7 +164,7 @@ func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options
 	if sb.gw != nil {
 		spec.Egress = sb.gw
 	}
-	sess, err := backend.OpenSession(ctx, spec)
+	sess, err := backend.Open(ctx, spec)
 	if err != nil {
 		return nil, err
 	}

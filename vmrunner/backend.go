@@ -19,10 +19,13 @@
 //     deadline, ordered cleanup), shared by both backends.
 //   - namespace: the jail backend.
 //   - vm: the microvm.nix runner backend and the KVM probe.
+//
+// The runtime contract (runtime.go) is one primitive: a Backend opens a
+// Sandbox for a step; a batch step is RunStep (Open, Wait, Stop) and a
+// long-lived one is Open, any number of Execs, and Stop.
 package vmrunner
 
 import (
-	"context"
 	"io"
 	"time"
 
@@ -128,13 +131,4 @@ func (a KVMAnswer) Full() string {
 		return a.Reason
 	}
 	return a.Reason + " (qemu: " + a.Detail + ")"
-}
-
-// Backend runs steps in one isolation level. Run returns an error only for a
-// sandbox or infrastructure failure (exit status 5); a job that fails, times
-// out or is OOM-killed is a StepResult. When ctx is cancelled, Run kills the
-// step, removes everything it created, and returns an error wrapping ctx.Err().
-type Backend interface {
-	Isolation() workflow.Isolation
-	Run(ctx context.Context, spec StepSpec) (StepResult, error)
 }

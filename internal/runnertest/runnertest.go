@@ -261,7 +261,7 @@ func RunStep(t testing.TB, b vmrunner.Backend, spec vmrunner.StepSpec) vmrunner.
 	WriteJob(t, spec)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	res, err := b.Run(ctx, spec)
+	res, err := vmrunner.RunStep(ctx, b, spec)
 	if err != nil {
 		t.Fatalf("Run(%s): %v", spec.Step.Name, err)
 	}
@@ -391,7 +391,7 @@ func (s *suite) testCancel(t *testing.T) {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() {
-		_, err := b.Run(ctx, spec)
+		_, err := vmrunner.RunStep(ctx, b, spec)
 		errc <- err
 	}()
 	select {
@@ -755,7 +755,7 @@ type ExecOut struct {
 }
 
 // Drain reads a session exec's events to the end, in either backend.
-func Drain(x vmrunner.SessionExec) ExecOut {
+func Drain(x vmrunner.Exec) ExecOut {
 	var o ExecOut
 	for ev := range x.Events() {
 		switch ev.Type {

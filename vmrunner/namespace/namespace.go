@@ -3,18 +3,16 @@
 // own cgroup holding it to its quotas, and the jail's mount, pid, ipc, uts
 // and cgroup namespaces around a read-only root.
 //
-// Run creates, for one step, in this order and recording each in the step's
+// Open creates, for one step, in this order and recording each in the step's
 // state file before it exists: the netns, the cgroup and the jail's root
 // mount point, named by vmrunner/hoststate from (run, step). It writes the
 // job to the control directory (root-only, 0700), gives the workspace to the
-// job's uid, starts the jail held, places it in the cgroup, releases it and
-// waits with a host-side deadline. Everything is removed again on every way
-// out — success, failure, timeout, setup error and a cancelled context — and
-// then the state file goes; hoststate.GC removes what a killed apply left.
-//
-// Open is Run's long-lived counterpart: the same sandbox, whose agent
-// serves commands (guest/session.go) until Session.Stop removes it all in
-// the same way (session.go).
+// job's uid, starts the jail held, places it in the cgroup and releases it.
+// For a batch job, Wait then waits with a host-side deadline; for a
+// session job, the agent serves commands (guest/session.go) until Stop
+// (sandbox.go). Stop removes everything again on every way out — success,
+// failure, timeout, setup error and a cancelled context — and then the
+// state file goes; hoststate.GC removes what a killed apply left.
 //
 // The package needs root. A step without network.allow has lo alone. A
 // step with it (spec.Egress) gets the step's egress room in its namespace
@@ -73,8 +71,8 @@ type Options struct {
 	InitPath string
 }
 
-// Backend runs steps in namespace jails. It is safe for concurrent Runs of
-// distinct steps.
+// Backend runs steps in namespace jails. It is safe for concurrent Opens
+// of distinct steps.
 type Backend struct {
 	opts Options
 }
@@ -137,32 +135,6 @@ func hostTimeoutMS(spec vmrunner.StepSpec) int64 {
 	return t
 }
 
-// Run runs one step in a jail; see the package documentation.
-func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner.StepResult, err error) {
-	res.Isolation = workflow.IsolationNamespace
-	res.Started = time.Now()
-	name := spec.Step.Name
-	defer func() {
-		res.Finished = time.Now()
-		if err != nil {
-			err = fmt.Errorf("run step %q in a namespace jail: %w", name, err)
-		}
-	}()
-	j, err := b.launch(ctx, spec)
-	if j != nil {
-		res.Seccomp = j.seccomp
-		defer func() {
-			if cerr := j.cleanup(); cerr != nil {
-				err = errors.Join(err, cerr)
-			}
-		}()
-	}
-	if err != nil {
-		return res, err
-	}
-	return wait(ctx, j.sb, spec, res)
-}
-
 // launched is a started jail and what must be undone after it.
 type launched struct {
 	sb      *sandbox.Sandbox
@@ -182,7 +154,7 @@ func (j *launched) cleanup() error {
 
 // launch creates the step's sandbox (state file, netns, cgroup, jail root
 // mount point), seals the control directory, starts the egress room and the
-// jail, released. It is Run and Open alike. A non-nil launched must be
+// jail, released, for batch and session jobs alike. A non-nil launched must be
 // cleaned up, also with an error.
 func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec) (*launched, error) {
 	name := spec.Step.Name

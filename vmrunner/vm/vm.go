@@ -2,7 +2,7 @@
 // its own microVM, started by the step's realised microvm.nix runner
 // (bin/microvm-run), in the step's own network namespace and cgroup.
 //
-// Run, for one step, records in the step's state file and then creates: the
+// Open, for one step, records in the step's state file and then creates: the
 // netns (hoststate.NetnsName(run, step)) with the runner's taps
 // (share/microvm/tap-interfaces, flags from tap-flags, owned by the
 // hypervisor's uid), the step's egress when it has one (spec.Egress,
@@ -19,8 +19,8 @@
 // (the job's uid; HypervisorFallbackUID for a uid-0 job) and HypervisorGID,
 // with no capabilities and no_new_privs. It sends the runner's stdout and
 // stderr (the guest console) to StepSpec.Console and to console.log in the
-// control directory, and waits with a host deadline of the step's timeout
-// plus BootAllowance. Past it, it asks the guest to power off
+// control directory. For a batch job, Wait then waits with a host deadline
+// of the step's timeout plus BootAllowance. Past it, it asks the guest to power off
 // (bin/microvm-shutdown, else QMP system_powerdown), then quits qemu over
 // QMP, then kills the cgroup.
 //
@@ -28,18 +28,18 @@
 // hypervisor makes it oom, else result.json decides; a guest that ends
 // without one failed ("guest panicked" when the console showed a kernel
 // panic), or timed out when the host stopped it.
-// Everything is removed on every way out, including a cancelled context.
+// Stop removes everything on every way out, including a cancelled context.
 //
 // The accelerator is decided once per runner (Backend.accel, AccelDecision):
 // KVM where a probe with the runner's own CPU model and machine shows it
 // runs a guest, otherwise TCG with a one-line warning; the step's result
 // and any start failure state the decision and its reason.
 //
-// Open (session.go) starts the same VM for a session job and keeps it: the
-// agent serves commands over the session channel, a virtio-serial port
-// whose host end is qemu's unix socket nixgen.SessionSocket in the
-// working directory, multiplexed by guest/mux; Stop ends it and removes
-// what Run removes.
+// For a session job (session.go) the same VM is kept: the agent serves
+// commands over the session channel, a virtio-serial port whose host end
+// is qemu's unix socket nixgen.SessionSocket in the working directory,
+// multiplexed by guest/mux; Stop ends it and removes what a batch step's
+// Stop removes.
 package vm
 
 import (
@@ -356,32 +356,6 @@ func removeWorkDir(workDir string) error {
 	return errors.Join(errs...)
 }
 
-// Run runs one step in a microVM; see the package documentation.
-func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner.StepResult, err error) {
-	res.Isolation = workflow.IsolationVM
-	res.Hypervisor = workflow.HypervisorQEMU
-	res.Started = time.Now()
-	name := spec.Step.Name
-	defer func() {
-		res.Finished = time.Now()
-		if err != nil {
-			err = fmt.Errorf("run step %q in a VM: %w", name, err)
-		}
-	}()
-	l, err := b.launch(ctx, spec, &res)
-	if l != nil {
-		defer func() {
-			if cerr := l.cleanup(); cerr != nil {
-				err = errors.Join(err, cerr)
-			}
-		}()
-	}
-	if err != nil {
-		return res, err
-	}
-	return b.wait(ctx, l.r, l.ri, spec, l.con, res)
-}
-
 // launched is a started VM and what must be undone after it.
 type launched struct {
 	r      *run
@@ -411,7 +385,7 @@ func (l *launched) cleanup() error {
 
 // launch creates the step's sandbox, the VM's working directory and
 // console log, starts the egress and the runner in its jail, and fills in
-// res's accelerator and seccomp digest. It is Run and Open alike. A
+// res's accelerator and seccomp digest, for batch and session jobs alike. A
 // non-nil launched must be cleaned up, also with an error.
 func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec, res *vmrunner.StepResult) (*launched, error) {
 	name := spec.Step.Name
