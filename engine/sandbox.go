@@ -13,8 +13,6 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/egress"
 	"github.com/agentsandbox/agentsandbox/egress/gateway"
-	"github.com/agentsandbox/agentsandbox/guest"
-	"github.com/agentsandbox/agentsandbox/internal/atomicfile"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
@@ -104,67 +102,12 @@ func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options
 	if err := r.prepare(ctx, rec); err != nil {
 		return nil, err
 	}
-	dirs, err := newStepDirs(runDir, step.Name)
+	st, err := r.stage(ctx, step, true)
 	if err != nil {
 		return nil, err
 	}
-	sb.Workspace = dirs.Workspace
-	if err := quotas.mount(ctx, step, dirs.Workspace); err != nil {
-		return nil, err
-	}
-	inputs := map[string]workflow.Input{}
-	for _, in := range w.Inputs {
-		inputs[in.Name] = in
-	}
-	digests := map[string]record.Digest{}
-	for name, ri := range r.inputs {
-		digests["input:"+name] = ri.Digest
-	}
-	ps, err := placements(step, r.inputDirs, inputs, map[string]workflow.Step{step.Name: step}, digests)
-	if err != nil {
-		return nil, err
-	}
-	real := r.realised[step.Name]
-	job := jobFor(step, real.EnvPath)
-	job.Session, job.Command, job.TimeoutMS = true, nil, 0
-	if err := assemble(o.Store, dirs.Workspace, ps, job.UID, job.GID); err != nil {
-		return nil, err
-	}
-	sr := &record.Step{Name: step.Name, Isolation: string(step.Isolation), Closure: real.Closure, Environment: real.Environment, Inputs: map[string]record.Digest{}}
-	for _, p := range ps {
-		sr.Inputs[p.To] = p.Digest
-	}
-	if len(real.Closure) == 0 {
-		fp, err := hostRootFingerprint()
-		if err != nil {
-			return nil, err
-		}
-		sr.HostRoot = &fp
-	}
-	jobBytes, err := encodeJob(job)
-	if err != nil {
-		return nil, err
-	}
-	if err := atomicfile.WriteFile(filepath.Join(dirs.Control, guest.JobFile), jobBytes, 0o600); err != nil {
-		return nil, fmt.Errorf("write job: %w", err)
-	}
-	if sr.JobDigest, _, err = o.Store.PutBlob(bytesReader(jobBytes)); err != nil {
-		return nil, fmt.Errorf("store job: %w", err)
-	}
-	sb.sr = sr
-	spec := vmrunner.StepSpec{
-		RunID: id, Step: step, Job: job,
-		Workspace: dirs.Workspace, ControlDir: dirs.Control,
-		ClosurePaths: storePaths(real.Closure), EnvPath: real.EnvPath, Runner: real.Runner, RunnerNote: real.RunnerNote,
-		SeccompAllow: decision.SeccompAllowFor(step.Name),
-	}
-	if sb.gw, err = r.stepEgress(step); err != nil {
-		return nil, err
-	}
-	if sb.gw != nil {
-		spec.Egress = sb.gw
-	}
-	sess, err := backend.Open(ctx, spec)
+	sb.Workspace, sb.sr, sb.gw = st.dirs.Workspace, st.sr, st.gw
+	sess, err := backend.Open(ctx, st.spec)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package vmrunner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
@@ -93,4 +94,29 @@ func RunStep(ctx context.Context, b Backend, spec StepSpec) (StepResult, error) 
 		err = errors.Join(err, serr)
 	}
 	return res, err
+}
+
+// WaitSession is Wait of a session job's sandbox sb, for every backend:
+// it waits until the sandbox ends (Stop, or its agent exiting) and returns
+// res with the end time, the usage (while the cgroup is still there) and
+// the agent's result.json, whose status follows Classify as a batch
+// step's does. memoryLimit is the cgroup's memory limit, words name the
+// backend's sandbox in the detail.
+func WaitSession(ctx context.Context, sb Sandbox, spec StepSpec, memoryLimit int64, words Words, res StepResult) (StepResult, error) {
+	select {
+	case <-sb.Done():
+	case <-ctx.Done():
+		res.Finished = time.Now()
+		return res, fmt.Errorf("wait for the session of step %q: %w", spec.Step.Name, ctx.Err())
+	}
+	res.Finished = time.Now()
+	res.Usage, _ = sb.Usage() // gone once Stop has removed the cgroup
+	result, hasResult, rerr := ReadResult(spec.ControlDir)
+	res.Result, res.HasResult = result, hasResult
+	res.Status, res.Detail = Classify(Facts{
+		Result: result, HasResult: hasResult, ResultErr: rerr,
+		Usage: res.Usage, MemoryLimit: memoryLimit,
+		Words: words,
+	})
+	return res, nil
 }

@@ -104,39 +104,14 @@ func (s *Sandbox) wrap(err error) error {
 // classified (vmrunner.Classify); a session's ends at Stop or when its
 // agent exits.
 func (s *Sandbox) Wait(ctx context.Context) (vmrunner.StepResult, error) {
-	var res vmrunner.StepResult
-	var err error
 	if s.spec.Job.Session {
-		res, err = s.waitSession(ctx)
-	} else {
-		res, err = wait(ctx, s.j.sb, s.spec, s.res)
+		return vmrunner.WaitSession(ctx, s, s.spec, s.spec.Step.Resources.Memory, jailWords, s.res)
 	}
+	res, err := wait(ctx, s.j.sb, s.spec, s.res)
 	res.Finished = time.Now()
 	if err != nil {
-		if s.spec.Job.Session {
-			return res, fmt.Errorf("wait for the session of step %q: %w", s.spec.Step.Name, err)
-		}
 		return res, s.wrap(err)
 	}
-	return res, nil
-}
-
-// waitSession waits for the session's end and reads the agent's result.
-func (s *Sandbox) waitSession(ctx context.Context) (vmrunner.StepResult, error) {
-	res := s.res
-	select {
-	case <-s.Done():
-	case <-ctx.Done():
-		return res, ctx.Err()
-	}
-	res.Usage, _ = s.Usage() // gone once Stop has removed the cgroup
-	result, hasResult, rerr := vmrunner.ReadResult(s.spec.ControlDir)
-	res.Result, res.HasResult = result, hasResult
-	res.Status, res.Detail = vmrunner.Classify(vmrunner.Facts{
-		Result: result, HasResult: hasResult, ResultErr: rerr,
-		Usage: res.Usage, MemoryLimit: s.spec.Step.Resources.Memory,
-		Words: jailWords,
-	})
 	return res, nil
 }
 

@@ -100,39 +100,14 @@ func (s *Sandbox) wrap(err error) error {
 // host's deadline and start bound, and its result classified; a
 // session's ends at Stop or when the VM powers off.
 func (s *Sandbox) Wait(ctx context.Context) (vmrunner.StepResult, error) {
-	var res vmrunner.StepResult
-	var err error
 	if s.spec.Job.Session {
-		res, err = s.waitSession(ctx)
-	} else {
-		res, err = s.b.wait(ctx, s.l.r, s.l.ri, s.spec, s.l.con, s.res)
+		return vmrunner.WaitSession(ctx, s, s.spec, hypervisorMemory(s.spec.Step.Resources), s.b.words(s.spec), s.res)
 	}
+	res, err := s.b.wait(ctx, s.l.r, s.l.ri, s.spec, s.l.con, s.res)
 	res.Finished = time.Now()
 	if err != nil {
-		if s.spec.Job.Session {
-			return res, fmt.Errorf("wait for the session of step %q: %w", s.spec.Step.Name, err)
-		}
 		return res, s.wrap(err)
 	}
-	return res, nil
-}
-
-// waitSession waits for the session's end and reads the agent's result.
-func (s *Sandbox) waitSession(ctx context.Context) (vmrunner.StepResult, error) {
-	res := s.res
-	select {
-	case <-s.Done():
-	case <-ctx.Done():
-		return res, ctx.Err()
-	}
-	res.Usage, _ = s.Usage() // gone once Stop has removed the cgroup
-	result, hasResult, rerr := vmrunner.ReadResult(s.spec.ControlDir)
-	res.Result, res.HasResult = result, hasResult
-	res.Status, res.Detail = vmrunner.Classify(vmrunner.Facts{
-		Result: result, HasResult: hasResult, ResultErr: rerr,
-		Usage: res.Usage, MemoryLimit: hypervisorMemory(s.spec.Step.Resources),
-		Words: s.b.words(s.spec),
-	})
 	return res, nil
 }
 
