@@ -25,14 +25,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
 	"github.com/agentsandbox/agentsandbox/guest"
-	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
@@ -181,7 +178,11 @@ func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec) (*launched
 		return j, err
 	}
 
-	if err := prepareDirs(spec); err != nil {
+	// The control directory root-only, the workspace the job's.
+	if err := sandbox.PrepareDirs(sandbox.Dirs{
+		Control: spec.ControlDir, ControlMode: 0o700,
+		Workspace: spec.Workspace, UID: spec.Job.UID, GID: spec.Job.GID,
+	}); err != nil {
 		return j, err
 	}
 	// job.json is the engine's: it wrote spec.Job there, and the record
@@ -189,11 +190,7 @@ func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec) (*launched
 
 	resolv := ""
 	if spec.Egress != nil {
-		room, ok := sb.NS.(vmrunner.EgressRoom)
-		if !ok {
-			return j, fmt.Errorf("the step's network namespace (%T) cannot hold egress", sb.NS)
-		}
-		if err := spec.Egress.Start(room, ""); err != nil {
+		if err := spec.Egress.Start(sb.NS, ""); err != nil {
 			return j, err
 		}
 		// Stopped when the job has ended and before Cleanup deletes the
@@ -247,34 +244,6 @@ func hostname(step string) string {
 		return step[:64]
 	}
 	return step
-}
-
-// prepareDirs makes the control directory root-only and gives the
-// workspace to the job's user, and removes a stale result.
-func prepareDirs(spec vmrunner.StepSpec) error {
-	if err := os.Chown(spec.ControlDir, 0, 0); err != nil {
-		return fmt.Errorf("seal control directory: %w", err)
-	}
-	if err := os.Chmod(spec.ControlDir, 0o700); err != nil {
-		return fmt.Errorf("seal control directory: %w", err)
-	}
-	for _, f := range []string{guest.ResultFile, guest.StdoutFile, guest.StderrFile, guest.SessionSocket} {
-		if err := os.Remove(filepath.Join(spec.ControlDir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove stale %s: %w", f, err)
-		}
-	}
-	uid, gid := spec.Job.UID, spec.Job.GID
-	// Through jobfs: the workspace itself must be a directory, and no
-	// symlink beneath it is followed.
-	ws, err := jobfs.Open(spec.Workspace)
-	if err != nil {
-		return fmt.Errorf("give the workspace to uid %d: %w", uid, err)
-	}
-	defer ws.Close()
-	if err := ws.LchownAll(".", uid, gid); err != nil {
-		return fmt.Errorf("give the workspace to uid %d: %w", uid, err)
-	}
-	return nil
 }
 
 // wait waits for the jail with the host's deadline and turns what it sees

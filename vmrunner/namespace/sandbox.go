@@ -115,7 +115,7 @@ func (s *Sandbox) Wait(ctx context.Context) (vmrunner.StepResult, error) {
 	return res, nil
 }
 
-// openControlDir opens the host's control directory, which prepareDirs has
+// openControlDir opens the host's control directory, which sandbox.PrepareDirs has
 // just made root-owned and 0700, without following a symlink.
 func openControlDir(path string) (*os.File, error) {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)

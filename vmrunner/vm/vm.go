@@ -57,7 +57,6 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/guest"
-	"github.com/agentsandbox/agentsandbox/internal/jobfs"
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/nixbuild"
 	"github.com/agentsandbox/agentsandbox/nixgen"
@@ -453,7 +452,14 @@ func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec, res *vmrun
 	if err := linkShares(workDir, spec); err != nil {
 		return l, err
 	}
-	if err := prepareDirs(spec, hvUID); err != nil {
+	// The control directory root's and the hypervisor's group's (0770:
+	// the hypervisor writes the agent's files, the job cannot look in),
+	// the workspace the hypervisor's uid's (the job's, see HypervisorUID)
+	// with the job's gid.
+	if err := sandbox.PrepareDirs(sandbox.Dirs{
+		Control: spec.ControlDir, ControlGID: HypervisorGID, ControlMode: 0o770, Stale: []string{ConsoleLog},
+		Workspace: spec.Workspace, UID: hvUID, GID: spec.Job.GID,
+	}); err != nil {
 		return l, err
 	}
 	// job.json is the engine's: it wrote spec.Job there, and the record
@@ -506,7 +512,7 @@ func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec, res *vmrun
 // startEgress opens the step's egress on the runner's one tap in the
 // step's namespace ns, and shapes what the tap sends the guest to the
 // step's bandwidth. On error nothing of the egress is left running.
-func startEgress(ns any, spec vmrunner.StepSpec, ri RunnerInfo) error {
+func startEgress(ns vmrunner.NetRoom, spec vmrunner.StepSpec, ri RunnerInfo) error {
 	switch len(ri.Taps) {
 	case 1:
 	case 0:
@@ -517,20 +523,11 @@ func startEgress(ns any, spec vmrunner.StepSpec, ri RunnerInfo) error {
 			"rebuild the step's runner from this workflow (nixgen gives it the one tap %s)", spec.Runner, len(ri.Taps), ri.Taps, nixgen.TapID)
 	}
 	tap := ri.Taps[0]
-	room, ok := ns.(vmrunner.EgressRoom)
-	if !ok {
-		return fmt.Errorf("the step's network namespace (%T) cannot hold egress", ns)
-	}
-	if err := spec.Egress.Start(room, tap); err != nil {
+	if err := spec.Egress.Start(ns, tap); err != nil {
 		return err
 	}
 	if bw := spec.Step.Resources.Bandwidth; bw > 0 {
-		shaper, ok := ns.(vmrunner.Shaper)
-		err := fmt.Errorf("the step's network namespace (%T) cannot shape traffic", ns)
-		if ok {
-			err = shaper.SetBandwidth(tap, uint64(bw))
-		}
-		if err != nil {
+		if err := ns.SetBandwidth(tap, uint64(bw)); err != nil {
 			return errors.Join(fmt.Errorf("shape the guest's tap to resources.bandwidth: %w", err), spec.Egress.Stop())
 		}
 	}
@@ -707,36 +704,6 @@ func linkShares(workDir string, spec vmrunner.StepSpec) error {
 		if err := os.Symlink(abs, filepath.Join(workDir, l.name)); err != nil {
 			return fmt.Errorf("link share %s: %w", l.name, err)
 		}
-	}
-	return nil
-}
-
-// prepareDirs gives the control directory to root and the hypervisor's
-// group (0770: the hypervisor writes the agent's files, the job cannot look
-// in), gives the workspace to the hypervisor's uid (the job's, see
-// HypervisorUID) and the job's gid, and removes stale results.
-func prepareDirs(spec vmrunner.StepSpec, hvUID int) error {
-	if err := os.Chown(spec.ControlDir, 0, HypervisorGID); err != nil {
-		return fmt.Errorf("seal control directory: %w", err)
-	}
-	if err := os.Chmod(spec.ControlDir, 0o770); err != nil {
-		return fmt.Errorf("seal control directory: %w", err)
-	}
-	for _, f := range []string{guest.ResultFile, guest.StdoutFile, guest.StderrFile, ConsoleLog} {
-		if err := os.Remove(filepath.Join(spec.ControlDir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove stale %s: %w", f, err)
-		}
-	}
-	uid, gid := hvUID, spec.Job.GID
-	// Through jobfs: the workspace itself must be a directory, and no
-	// symlink beneath it is followed.
-	ws, err := jobfs.Open(spec.Workspace)
-	if err != nil {
-		return fmt.Errorf("give the workspace to uid %d: %w", uid, err)
-	}
-	defer ws.Close()
-	if err := ws.LchownAll(".", uid, gid); err != nil {
-		return fmt.Errorf("give the workspace to uid %d: %w", uid, err)
 	}
 	return nil
 }
