@@ -40,3 +40,10 @@ func TestHostWorkdir(t *testing.T) {
 		}
 	}
 }
+
+func TestSessionConformance(t *testing.T) {
+	runnertest.RunSessions(t, func(t *testing.T) vmrunner.Backend { return New() }, runnertest.Options{
+		AsCurrentUser: true,
+		Isolation:     workflow.IsolationNamespace,
+	})
+}

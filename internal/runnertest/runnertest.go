@@ -1,6 +1,8 @@
 // Package runnertest is the conformance suite every vmrunner.Backend passes:
 // the namespace jail, the VM runner and the fake. Each backend's own test
-// calls Run with a constructor and the options that say what it promises.
+// calls Run (batch steps) and RunSessions (session jobs' sandboxes,
+// sessions.go) with a constructor and the options that say what it
+// promises.
 //
 // The portable part (every backend): hello (an output file lands in the
 // workspace, stdout in the logs and on the console), a failing exit code

@@ -170,6 +170,20 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestSessionConformance runs the shared session suite in real qemu
+// guests (TCG), over the virtio-serial session channel.
+func TestSessionConformance(t *testing.T) {
+	runnertest.RunSessions(t, func(t *testing.T) vmrunner.Backend {
+		fx := fixture(t)
+		return checked{t: t, b: newBackend(t, Options{}), runner: fx.Dir}
+	}, runnertest.Options{
+		Isolated:  true,
+		PATH:      "/usr/bin:/bin",
+		Isolation: workflow.IsolationVM,
+		Setup:     func(t *testing.T) { fixture(t) },
+	})
+}
+
 func spec(t *testing.T, name string, command []string) vmrunner.StepSpec {
 	s := runnertest.Options{Isolation: workflow.IsolationVM}.Spec(t, name, command)
 	s.Runner = fixture(t).Dir
