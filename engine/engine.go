@@ -14,9 +14,11 @@
 //  3. refuse what this host cannot run (network egress, packages without
 //     Nix, a level without a backend);
 //  4. realise what needs Nix, fetch and check the inputs;
-//  5. schedule the steps in DAG order on their backends: for each, the
-//     engine assembles the workspace and writes job.json, the one copy the
-//     agent reads and the record's jobDigest hashes;
+//  5. schedule the steps in DAG order (schedule.go) on their backends:
+//     for each, stage (stage.go, which OpenSandbox shares) assembles the
+//     workspace and writes job.json, the one copy the agent reads and the
+//     record's jobDigest hashes, and vmrunner.RunStep opens, waits for and
+//     stops the step's sandbox;
 //  6. store logs and outputs in the blob store, and write the execution
 //     record, which embeds the decision.
 //
@@ -122,7 +124,7 @@ type FetchFunc func(ctx context.Context, in workflow.Input, dir string) (record.
 type Result struct {
 	ID       record.ID
 	Record   *record.Record
-	Outcomes []vmrunner.Outcome
+	Outcomes []Outcome
 }
 
 // Succeeded reports whether every step ran and succeeded.
@@ -177,12 +179,12 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 	}
 
 	runErr := r.prepare(ctx, rec)
-	var outcomes []vmrunner.Outcome
+	var outcomes []Outcome
 	if runErr == nil {
 		emit(Event{Time: time.Now(), Kind: EventPhase, Line: fmt.Sprintf("run %d steps (%s)", len(steps), runID)})
 		wf := *w
 		wf.Steps = steps
-		outcomes, runErr = vmrunner.Schedule(ctx, &wf, o.Jobs, r.tracedStep)
+		outcomes, runErr = schedule(ctx, &wf, o.Jobs, r.tracedStep)
 		for _, oc := range outcomes {
 			if !oc.Ran {
 				emit(Event{Time: time.Now(), Kind: EventSkipped, Step: oc.Step, Line: oc.Skipped})

@@ -1,9 +1,9 @@
 // Package vmrunner is the sandbox room: it runs one step of a workflow on
 // this host in its isolation backend (a microVM whose hypervisor is held in
 // the jail, or the jail alone), with its quotas, deadline and cleanup, and
-// hands back the guest agent's result. It defines the Backend contract, the
-// step's host facts (StepSpec, StepResult) and the DAG scheduler; the
-// engine above it runs whole workflows. It is the privileged edge of the
+// hands back the guest agent's result. It defines the Backend contract and the
+// step's host facts (StepSpec, StepResult); the engine above it schedules
+// and runs whole workflows. It is the privileged edge of the
 // project; the pure core (workflow, policy, nixgen, record, guest) never
 // imports it.
 //
