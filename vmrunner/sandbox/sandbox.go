@@ -7,7 +7,7 @@
 // namespace backend's job setup, the vm backend's working directory, taps
 // and QMP shutdown.
 //
-// A Run uses it like this:
+// A backend's Open, Wait and Stop use it like this:
 //
 //	sb := sandbox.New(stateDir, runID, step, dirs...) // names the netns, cgroup and dirs
 //	defer func() { err = errors.Join(err, sb.Cleanup()) }()
