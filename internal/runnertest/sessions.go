@@ -73,17 +73,23 @@ func (s *suite) openSession(t *testing.T, spec vmrunner.StepSpec) vmrunner.Sandb
 	return sb
 }
 
+// startExec starts q, given a minute and let go of when the test ends.
+func startExec(t *testing.T, sb vmrunner.Sandbox, q guest.SessionRequest) vmrunner.Exec {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	x, err := sb.Exec(ctx, q)
+	if err != nil {
+		cancel()
+		t.Fatalf("Exec %q: %v", q.Command, err)
+	}
+	t.Cleanup(func() { x.Close(); cancel() })
+	return x
+}
+
 // execOut runs q to its end within a minute.
 func execOut(t *testing.T, sb vmrunner.Sandbox, q guest.SessionRequest) ExecOut {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	x, err := sb.Exec(ctx, q)
-	if err != nil {
-		t.Fatalf("Exec %q: %v", q.Command, err)
-	}
-	defer x.Close()
-	return Drain(x)
+	return Drain(startExec(t, sb, q))
 }
 
 func exitCode(o ExecOut) int {
@@ -138,13 +144,7 @@ func (s *suite) testSessionStdin(t *testing.T) {
 	sb := s.openSession(t, spec)
 	q := SessionRequest(spec, "cat")
 	q.Stdin = true
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	x, err := sb.Exec(ctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
+	x := startExec(t, sb, q)
 	if err := x.WriteStdin([]byte("through stdin\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -159,13 +159,7 @@ func (s *suite) testSessionStdin(t *testing.T) {
 func (s *suite) testSessionSignal(t *testing.T) {
 	spec := s.opts.SessionSpec(t, "session-signal")
 	sb := s.openSession(t, spec)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	x, err := sb.Exec(ctx, SessionRequest(spec, "sh", "-c", "trap 'echo got-term; exit 7' TERM; echo up; while :; do sleep 0.1; done"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
+	x := startExec(t, sb, SessionRequest(spec, "sh", "-c", "trap 'echo got-term; exit 7' TERM; echo up; while :; do sleep 0.1; done"))
 	var o ExecOut
 	for ev := range x.Events() {
 		switch ev.Type {
@@ -191,14 +185,8 @@ func (s *suite) testSessionSignal(t *testing.T) {
 func (s *suite) testSessionConcurrent(t *testing.T) {
 	spec := s.opts.SessionSpec(t, "session-concurrent")
 	sb := s.openSession(t, spec)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	// The first waits for a file the second makes: they must run at once.
-	slow, err := sb.Exec(ctx, SessionRequest(spec, "sh", "-c", "while [ ! -e go ]; do sleep 0.05; done; echo first"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slow.Close()
+	slow := startExec(t, sb, SessionRequest(spec, "sh", "-c", "while [ ! -e go ]; do sleep 0.05; done; echo first"))
 	if o := execOut(t, sb, SessionRequest(spec, "sh", "-c", "touch go; echo second")); o.Stdout != "second\n" {
 		t.Errorf("second exec: %+v", o)
 	}
@@ -210,11 +198,7 @@ func (s *suite) testSessionConcurrent(t *testing.T) {
 func (s *suite) testSessionStop(t *testing.T) {
 	spec := s.opts.SessionSpec(t, "session-stop")
 	sb := s.openSession(t, spec)
-	x, err := sb.Exec(context.Background(), SessionRequest(spec, "sh", "-c", "echo running; sleep 600"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
+	x := startExec(t, sb, SessionRequest(spec, "sh", "-c", "echo running; sleep 600"))
 	for ev := range x.Events() {
 		if ev.Type == guest.EventStdout {
 			break

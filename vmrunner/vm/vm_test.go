@@ -156,12 +156,14 @@ func assertClean(t testing.TB, b *Backend, spec vmrunner.StepSpec) {
 	}
 }
 
+// fixtureBackend is a checked backend whose steps run the fixture runner.
+func fixtureBackend(t *testing.T) vmrunner.Backend {
+	return checked{t: t, b: newBackend(t, Options{}), runner: fixture(t).Dir}
+}
+
 // TestConformance runs the shared backend suite in real qemu guests (TCG).
 func TestConformance(t *testing.T) {
-	runnertest.Run(t, func(t *testing.T) vmrunner.Backend {
-		fx := fixture(t)
-		return checked{t: t, b: newBackend(t, Options{}), runner: fx.Dir}
-	}, runnertest.Options{
+	runnertest.Run(t, fixtureBackend, runnertest.Options{
 		Isolated:   true,
 		PATH:       "/usr/bin:/bin",
 		Isolation:  workflow.IsolationVM,
@@ -173,10 +175,7 @@ func TestConformance(t *testing.T) {
 // TestSessionConformance runs the shared session suite in real qemu
 // guests (TCG), over the virtio-serial session channel.
 func TestSessionConformance(t *testing.T) {
-	runnertest.RunSessions(t, func(t *testing.T) vmrunner.Backend {
-		fx := fixture(t)
-		return checked{t: t, b: newBackend(t, Options{}), runner: fx.Dir}
-	}, runnertest.Options{
+	runnertest.RunSessions(t, fixtureBackend, runnertest.Options{
 		Isolated:  true,
 		PATH:      "/usr/bin:/bin",
 		Isolation: workflow.IsolationVM,
