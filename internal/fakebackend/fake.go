@@ -236,10 +236,6 @@ func (s *Sandbox) Exec(ctx context.Context, q guest.SessionRequest) (vmrunner.Ex
 		return nil, fmt.Errorf("exec in session %q: the session is stopped: open a new one", name)
 	default:
 	}
-	q.Op = guest.OpExec
-	if err := q.Validate(); err != nil {
-		return nil, fmt.Errorf("exec in session %q: %w", name, err)
-	}
 	wd := q.Workdir
 	if !filepath.IsAbs(wd) {
 		wd = filepath.Join(guest.WorkspaceMount, wd)

@@ -114,6 +114,10 @@ func (s *suite) testSessionOutput(t *testing.T) {
 	if o := execOut(t, sb, SessionRequest(spec, "no-such-command-here")); o.Exit != nil || o.Error == "" {
 		t.Errorf("exec of a missing command: %+v, want an error event", o)
 	}
+	// A request without a command is refused before it reaches the agent.
+	if _, err := sb.Exec(context.Background(), guest.SessionRequest{Env: spec.Job.Env}); err == nil {
+		t.Error("Exec of a request without a command: no error")
+	}
 	if _, err := sb.Usage(); err != nil {
 		t.Errorf("Usage of an open sandbox: %v", err)
 	}

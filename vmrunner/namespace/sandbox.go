@@ -280,10 +280,7 @@ func (s *Sandbox) Exec(ctx context.Context, q guest.SessionRequest) (vmrunner.Ex
 	if !s.spec.Job.Session {
 		return nil, fmt.Errorf("exec in step %q: %w", s.spec.Step.Name, vmrunner.ErrBatchExec)
 	}
-	q.Op = guest.OpExec
-	if err := q.Validate(); err != nil {
-		return nil, fmt.Errorf("exec in session %q: %w", s.spec.Step.Name, err)
-	}
+	// StartExec checks the request, for every backend.
 	c, err := s.dial()
 	if err != nil {
 		return nil, fmt.Errorf("exec in session %q: %w", s.spec.Step.Name, err)
