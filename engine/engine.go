@@ -14,9 +14,11 @@
 //  3. refuse what this host cannot run (network egress, packages without
 //     Nix, a level without a backend);
 //  4. realise what needs Nix, fetch and check the inputs;
-//  5. schedule the steps in DAG order on their backends: for each, the
-//     engine assembles the workspace and writes job.json, the one copy the
-//     agent reads and the record's jobDigest hashes;
+//  5. schedule the steps in DAG order (schedule.go) on their backends:
+//     for each, stage (stage.go, which OpenSandbox shares) assembles the
+//     workspace and writes job.json, the one copy the agent reads and the
+//     record's jobDigest hashes, and vmrunner.RunStep opens, waits for and
+//     stops the step's sandbox;
 //  6. store logs and outputs in the blob store, and write the execution
 //     record, which embeds the decision.
 //
@@ -35,7 +37,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/agentsandbox/agentsandbox/fsx/atomicfile"
 	"io"
 	"io/fs"
 	"maps"
@@ -124,7 +125,7 @@ type FetchFunc func(ctx context.Context, in workflow.Input, dir string) (record.
 type Result struct {
 	ID       record.ID
 	Record   *record.Record
-	Outcomes []vmrunner.Outcome
+	Outcomes []Outcome
 }
 
 // Succeeded reports whether every step ran and succeeded.
@@ -179,12 +180,12 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 	}
 
 	runErr := r.prepare(ctx, rec)
-	var outcomes []vmrunner.Outcome
+	var outcomes []Outcome
 	if runErr == nil {
 		emit(Event{Time: time.Now(), Kind: EventPhase, Line: fmt.Sprintf("run %d steps (%s)", len(steps), runID)})
 		wf := *w
 		wf.Steps = steps
-		outcomes, runErr = vmrunner.Schedule(ctx, &wf, o.Jobs, r.tracedStep)
+		outcomes, runErr = schedule(ctx, &wf, o.Jobs, r.tracedStep)
 		for _, oc := range outcomes {
 			if !oc.Ran {
 				emit(Event{Time: time.Now(), Kind: EventSkipped, Step: oc.Step, Line: oc.Skipped})
@@ -336,74 +337,13 @@ type BuildError struct{ Err error }
 func (e *BuildError) Error() string { return e.Err.Error() }
 func (e *BuildError) Unwrap() error { return e.Err }
 
-// runStep runs one step: workspace, job, backend, logs, outputs.
+// runStep runs one step: staging (stage), backend, logs, outputs.
 func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepResult, error) {
-	dirs, err := newStepDirs(r.runDir, step.Name)
+	st, err := r.stage(ctx, step, false)
 	if err != nil {
 		return vmrunner.StepResult{}, err
 	}
-	if err := r.quotas.mount(ctx, step, dirs.Workspace); err != nil {
-		return vmrunner.StepResult{}, err
-	}
-	byName := map[string]workflow.Step{}
-	for _, s := range r.steps {
-		byName[s.Name] = s
-	}
-	inputs := map[string]workflow.Input{}
-	for _, in := range r.w.Inputs {
-		inputs[in.Name] = in
-	}
-	r.mu.Lock()
-	digests := map[string]record.Digest{}
-	for name, ri := range r.inputs {
-		digests["input:"+name] = ri.Digest
-	}
-	for _, n := range step.Needs {
-		if nr := r.records[n]; nr != nil {
-			for _, o := range nr.Outputs {
-				digests["output:"+n+":"+o.Path] = o.NarHash.Blob()
-			}
-		}
-	}
-	r.mu.Unlock()
-	ps, err := placements(step, r.inputDirs, inputs, byName, digests)
-	if err != nil {
-		return vmrunner.StepResult{}, err
-	}
-	real := r.realised[step.Name]
-	job := jobFor(step, real.EnvPath)
-	addTraceEnv(ctx, &job) // the step span's TRACEPARENT, when tracing is on
-	if err := assemble(r.o.Store, dirs.Workspace, ps, job.UID, job.GID); err != nil {
-		return vmrunner.StepResult{}, err
-	}
-	sr := &record.Step{Name: step.Name, Isolation: string(step.Isolation), Closure: real.Closure, Environment: real.Environment, Inputs: map[string]record.Digest{}}
-	// What the step receives was verified on its way in (fetched inputs
-	// against their pins, outputs of needed steps as the NARs stored when
-	// those steps ended); the record names each by that digest.
-	for _, p := range ps {
-		sr.Inputs[p.To] = p.Digest
-	}
-	if len(real.Closure) == 0 {
-		fp, err := hostRootFingerprint()
-		if err != nil {
-			return vmrunner.StepResult{}, err
-		}
-		sr.HostRoot = &fp
-	}
-	jobBytes, err := encodeJob(job)
-	if err != nil {
-		return vmrunner.StepResult{}, err
-	}
-	// Whole (renamed into place) but not synced: the step reads it through
-	// this host's kernel, and its durable copy is the job blob below, which
-	// the record's one syncfs covers. A crash ends the step anyway.
-	if err := atomicfile.Write(filepath.Join(dirs.Control, guest.JobFile), jobBytes, 0o600, atomicfile.Options{NoSync: true}); err != nil {
-		return vmrunner.StepResult{}, fmt.Errorf("write job: %w", err)
-	}
-	if sr.JobDigest, _, err = r.o.Store.PutBlob(bytes.NewReader(jobBytes)); err != nil {
-		return vmrunner.StepResult{}, fmt.Errorf("store job: %w", err)
-	}
-
+	dirs, sr, spec, gw := st.dirs, st.sr, st.spec, st.gw
 	backend := r.o.Backends[step.Isolation]
 	if backend == nil {
 		return vmrunner.StepResult{}, fmt.Errorf("no %s backend on this host", step.Isolation)
@@ -411,21 +351,9 @@ func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepRes
 	console := newLineWriter(r.logLimit(), func(line string) {
 		r.emit(Event{Time: time.Now(), Kind: EventLog, Step: step.Name, Line: line})
 	})
-	spec := vmrunner.StepSpec{
-		RunID: r.runID, Step: step, Job: job,
-		Workspace: dirs.Workspace, ControlDir: dirs.Control,
-		ClosurePaths: storePaths(real.Closure), EnvPath: real.EnvPath, Runner: real.Runner, RunnerNote: real.RunnerNote,
-		Console: console, SeccompAllow: r.decision.SeccompAllowFor(step.Name),
-	}
-	gw, err := r.stepEgress(step)
-	if err != nil {
-		return vmrunner.StepResult{}, err
-	}
-	if gw != nil {
-		spec.Egress = gw
-	}
+	spec.Console = console
 	r.emit(Event{Time: time.Now(), Kind: EventStarted, Step: step.Name})
-	res, err := backend.Run(ctx, spec)
+	res, err := vmrunner.RunStep(ctx, backend, spec)
 	console.Flush()
 	if err != nil {
 		return res, err

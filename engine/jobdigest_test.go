@@ -32,8 +32,24 @@ type jobReader struct {
 	jobs map[string][]byte
 }
 
-func (j *jobReader) Run(ctx context.Context, spec vmrunner.StepSpec) (vmrunner.StepResult, error) {
-	res, err := j.Backend.Run(ctx, spec)
+func (j *jobReader) Open(ctx context.Context, spec vmrunner.StepSpec) (vmrunner.Sandbox, error) {
+	sb, err := j.Backend.Open(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return readingSandbox{sb, j, spec}, nil
+}
+
+// readingSandbox reads the job.json once the step has ended.
+type readingSandbox struct {
+	vmrunner.Sandbox
+	j    *jobReader
+	spec vmrunner.StepSpec
+}
+
+func (r readingSandbox) Wait(ctx context.Context) (vmrunner.StepResult, error) {
+	j, spec := r.j, r.spec
+	res, err := r.Sandbox.Wait(ctx)
 	b, rerr := os.ReadFile(filepath.Join(spec.ControlDir, guest.JobFile))
 	if rerr != nil {
 		j.t.Errorf("step %s: read job.json after the run: %v", spec.Step.Name, rerr)

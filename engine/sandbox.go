@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,8 +12,6 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
-	"github.com/agentsandbox/agentsandbox/fsx/atomicfile"
-	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/netns/egress/gateway"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
@@ -35,7 +32,8 @@ type Sandbox struct {
 	// Workspace is the host directory mounted at /workspace: the files
 	// API reads and writes it beneath its root (fsx/jobfs).
 	Workspace string
-	Session   vmrunner.Session
+	// Session is the backend's open sandbox, serving the session job.
+	Session vmrunner.Sandbox
 
 	run *run
 	// plan is the admitted workflow, its step's network.allow kept as it
@@ -53,7 +51,7 @@ type Sandbox struct {
 
 // OpenSandbox opens a sandbox for the one step of w under id (which names
 // its directories, netns and cgroup like a run id). The step's backend
-// must hold sessions (vmrunner.SessionBackend).
+// opens it with a session job (vmrunner.Backend.Open).
 func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options) (_ *Sandbox, err error) {
 	if len(w.Steps) != 1 {
 		return nil, fmt.Errorf("a sandbox is one step; the workflow has %d", len(w.Steps))
@@ -68,8 +66,8 @@ func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options
 		return nil, err
 	}
 	step := plan.Steps[0]
-	backend, ok := o.Backends[step.Isolation].(vmrunner.SessionBackend)
-	if !ok {
+	backend := o.Backends[step.Isolation]
+	if backend == nil {
 		if step.Isolation == workflow.IsolationVM {
 			return nil, fmt.Errorf("vm sandboxes need qemu on the host (apt-get install qemu-system-x86) and a runner realised by Nix from a template that pins nixpkgs; or use isolation namespace")
 		}
@@ -104,67 +102,12 @@ func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options
 	if err := r.prepare(ctx, rec); err != nil {
 		return nil, err
 	}
-	dirs, err := newStepDirs(runDir, step.Name)
+	st, err := r.stage(ctx, step, true)
 	if err != nil {
 		return nil, err
 	}
-	sb.Workspace = dirs.Workspace
-	if err := quotas.mount(ctx, step, dirs.Workspace); err != nil {
-		return nil, err
-	}
-	inputs := map[string]workflow.Input{}
-	for _, in := range w.Inputs {
-		inputs[in.Name] = in
-	}
-	digests := map[string]record.Digest{}
-	for name, ri := range r.inputs {
-		digests["input:"+name] = ri.Digest
-	}
-	ps, err := placements(step, r.inputDirs, inputs, map[string]workflow.Step{step.Name: step}, digests)
-	if err != nil {
-		return nil, err
-	}
-	real := r.realised[step.Name]
-	job := jobFor(step, real.EnvPath)
-	job.Session, job.Command, job.TimeoutMS = true, nil, 0
-	if err := assemble(o.Store, dirs.Workspace, ps, job.UID, job.GID); err != nil {
-		return nil, err
-	}
-	sr := &record.Step{Name: step.Name, Isolation: string(step.Isolation), Closure: real.Closure, Environment: real.Environment, Inputs: map[string]record.Digest{}}
-	for _, p := range ps {
-		sr.Inputs[p.To] = p.Digest
-	}
-	if len(real.Closure) == 0 {
-		fp, err := hostRootFingerprint()
-		if err != nil {
-			return nil, err
-		}
-		sr.HostRoot = &fp
-	}
-	jobBytes, err := encodeJob(job)
-	if err != nil {
-		return nil, err
-	}
-	if err := atomicfile.WriteFile(filepath.Join(dirs.Control, guest.JobFile), jobBytes, 0o600); err != nil {
-		return nil, fmt.Errorf("write job: %w", err)
-	}
-	if sr.JobDigest, _, err = o.Store.PutBlob(bytes.NewReader(jobBytes)); err != nil {
-		return nil, fmt.Errorf("store job: %w", err)
-	}
-	sb.sr = sr
-	spec := vmrunner.StepSpec{
-		RunID: id, Step: step, Job: job,
-		Workspace: dirs.Workspace, ControlDir: dirs.Control,
-		ClosurePaths: storePaths(real.Closure), EnvPath: real.EnvPath, Runner: real.Runner, RunnerNote: real.RunnerNote,
-		SeccompAllow: decision.SeccompAllowFor(step.Name),
-	}
-	if sb.gw, err = r.stepEgress(step); err != nil {
-		return nil, err
-	}
-	if sb.gw != nil {
-		spec.Egress = sb.gw
-	}
-	sess, err := backend.OpenSession(ctx, spec)
+	sb.Workspace, sb.sr, sb.gw = st.dirs.Workspace, st.sr, st.gw
+	sess, err := backend.Open(ctx, st.spec)
 	if err != nil {
 		return nil, err
 	}

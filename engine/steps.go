@@ -33,7 +33,7 @@ func runStatus(steps []record.Step, err error) record.Status {
 
 // stepRecords lists every step of the run in workflow order: those that ran
 // with their figures, the others as skipped.
-func (r *run) stepRecords(outcomes []vmrunner.Outcome) []record.Step {
+func (r *run) stepRecords(outcomes []Outcome) []record.Step {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []record.Step

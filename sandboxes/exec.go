@@ -25,7 +25,7 @@ type execState struct {
 	argv     []string
 	decision string // the policy decision that admitted it
 	started  time.Time
-	x        vmrunner.SessionExec
+	x        vmrunner.Exec
 	span     trace.Span // ended by recordExec
 	store    *record.Store
 
@@ -87,7 +87,7 @@ func (x *execState) kill() {
 
 // session is the command's connection to the agent while it runs, nil
 // after.
-func (x *execState) session() vmrunner.SessionExec {
+func (x *execState) session() vmrunner.Exec {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return x.x

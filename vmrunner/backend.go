@@ -1,9 +1,9 @@
 // Package vmrunner is the sandbox room: it runs one step of a workflow on
 // this host in its isolation backend (a microVM whose hypervisor is held in
 // the jail, or the jail alone), with its quotas, deadline and cleanup, and
-// hands back the guest agent's result. It defines the Backend contract, the
-// step's host facts (StepSpec, StepResult) and the DAG scheduler; the
-// engine above it runs whole workflows. It is the privileged edge of the
+// hands back the guest agent's result. It defines the Backend contract and the
+// step's host facts (StepSpec, StepResult); the engine above it schedules
+// and runs whole workflows. It is the privileged edge of the
 // project; the pure core (workflow, policy, nixgen, record, guest) never
 // imports it.
 //
@@ -19,10 +19,13 @@
 //     deadline, ordered cleanup), shared by both backends.
 //   - namespace: the jail backend.
 //   - vm: the microvm.nix runner backend and the KVM probe.
+//
+// The runtime contract (runtime.go) is one primitive: a Backend opens a
+// Sandbox for a step; a batch step is RunStep (Open, Wait, Stop) and a
+// long-lived one is Open, any number of Execs, and Stop.
 package vmrunner
 
 import (
-	"context"
 	"io"
 	"time"
 
@@ -128,13 +131,4 @@ func (a KVMAnswer) Full() string {
 		return a.Reason
 	}
 	return a.Reason + " (qemu: " + a.Detail + ")"
-}
-
-// Backend runs steps in one isolation level. Run returns an error only for a
-// sandbox or infrastructure failure (exit status 5); a job that fails, times
-// out or is OOM-killed is a StepResult. When ctx is cancelled, Run kills the
-// step, removes everything it created, and returns an error wrapping ctx.Err().
-type Backend interface {
-	Isolation() workflow.Isolation
-	Run(ctx context.Context, spec StepSpec) (StepResult, error)
 }

@@ -24,3 +24,12 @@ type Egress interface {
 type Shaper interface {
 	SetBandwidth(link string, bitsPerSecond uint64) error
 }
+
+// NetRoom is a step's network namespace as its egress needs it: the room
+// the egress opens in, and the shaping of a VM's tap. *netns.NS is the
+// real one; the step's sandbox holds it as vmrunner/sandbox.Netns, which
+// includes it, so neither backend has to ask what it was given.
+type NetRoom interface {
+	netns.EgressRoom
+	Shaper
+}

@@ -26,7 +26,7 @@ type ConnExec struct {
 	err       error // set before events is closed
 }
 
-var _ SessionExec = (*ConnExec)(nil)
+var _ Exec = (*ConnExec)(nil)
 
 // StartExec sends the exec request q (Op is set to exec) on c, which it
 // then owns (and closes on an error), and reads the command's events from

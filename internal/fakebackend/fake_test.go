@@ -21,7 +21,7 @@ func TestFail(t *testing.T) {
 	boom := errors.New("boom")
 	b := &Backend{Fail: map[string]error{"x": boom}}
 	opts := runnertest.Options{AsCurrentUser: true}
-	_, err := b.Run(context.Background(), opts.Spec(t, "x", runnertest.Sh("true")))
+	_, err := vmrunner.RunStep(context.Background(), b, opts.Spec(t, "x", runnertest.Sh("true")))
 	if !errors.Is(err, boom) {
 		t.Fatalf("Run: %v, want boom", err)
 	}
@@ -39,4 +39,11 @@ func TestHostWorkdir(t *testing.T) {
 			t.Errorf("hostWorkdir(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
 		}
 	}
+}
+
+func TestSessionConformance(t *testing.T) {
+	runnertest.RunSessions(t, func(t *testing.T) vmrunner.Backend { return New() }, runnertest.Options{
+		AsCurrentUser: true,
+		Isolation:     workflow.IsolationNamespace,
+	})
 }

@@ -1,6 +1,8 @@
 // Package runnertest is the conformance suite every vmrunner.Backend passes:
 // the namespace jail, the VM runner and the fake. Each backend's own test
-// calls Run with a constructor and the options that say what it promises.
+// calls Run (batch steps) and RunSessions (session jobs' sandboxes,
+// sessions.go) with a constructor and the options that say what it
+// promises.
 //
 // The portable part (every backend): hello (an output file lands in the
 // workspace, stdout in the logs and on the console), a failing exit code
@@ -261,7 +263,7 @@ func RunStep(t testing.TB, b vmrunner.Backend, spec vmrunner.StepSpec) vmrunner.
 	WriteJob(t, spec)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	res, err := b.Run(ctx, spec)
+	res, err := vmrunner.RunStep(ctx, b, spec)
 	if err != nil {
 		t.Fatalf("Run(%s): %v", spec.Step.Name, err)
 	}
@@ -391,7 +393,7 @@ func (s *suite) testCancel(t *testing.T) {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() {
-		_, err := b.Run(ctx, spec)
+		_, err := vmrunner.RunStep(ctx, b, spec)
 		errc <- err
 	}()
 	select {
@@ -755,7 +757,7 @@ type ExecOut struct {
 }
 
 // Drain reads a session exec's events to the end, in either backend.
-func Drain(x vmrunner.SessionExec) ExecOut {
+func Drain(x vmrunner.Exec) ExecOut {
 	var o ExecOut
 	for ev := range x.Events() {
 		switch ev.Type {

@@ -36,7 +36,7 @@ func BenchmarkNoopStep(b *testing.B) {
 			runnertest.WriteJob(b, spec)
 			b.StartTimer()
 			start := time.Now()
-			res, err := be.Run(context.Background(), spec)
+			res, err := vmrunner.RunStep(context.Background(), be, spec)
 			ds = append(ds, time.Since(start))
 			if err != nil || res.Status != vmrunner.StatusSucceeded {
 				b.Fatalf("Run: %+v, %v", res, err)
@@ -82,7 +82,7 @@ func BenchmarkSessionExec(b *testing.B) {
 			x.Close()
 			ds = append(ds, time.Since(start))
 			if !exit {
-				b.Fatalf("no exit 0: %v", x.Err())
+				b.Fatalf("no exit 0: %v", x.(*Exec).Err())
 			}
 		}
 		reportMedian(b, ds)
@@ -97,7 +97,7 @@ func BenchmarkSessionExec(b *testing.B) {
 			runnertest.WriteJob(b, spec)
 			b.StartTimer()
 			start := time.Now()
-			res, err := be.Run(context.Background(), spec)
+			res, err := vmrunner.RunStep(context.Background(), be, spec)
 			ds = append(ds, time.Since(start))
 			if err != nil || res.Status != vmrunner.StatusSucceeded {
 				b.Fatalf("Run: %+v, %v", res, err)

@@ -163,7 +163,7 @@ func TestCancelLeavesNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := b.Run(ctx, spec)
+		_, err := vmrunner.RunStep(ctx, b, spec)
 		errc <- err
 	}()
 	select {
@@ -191,7 +191,7 @@ func TestSetupErrorCleansUp(t *testing.T) {
 	b, opts := rootBackend(t)
 	spec := suiteOpts.Spec(t, "badroot", runnertest.Sh("true"))
 	spec.ClosurePaths = []string{"/nix/store/00000000000000000000000000000000-missing"}
-	_, err := b.Run(context.Background(), spec)
+	_, err := vmrunner.RunStep(context.Background(), b, spec)
 	if err == nil || !strings.Contains(err.Error(), "jail setup: bind") {
 		t.Fatalf("Run: %v, want a jail setup error about the bind", err)
 	}

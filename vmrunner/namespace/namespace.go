@@ -3,18 +3,16 @@
 // own cgroup holding it to its quotas, and the jail's mount, pid, ipc, uts
 // and cgroup namespaces around a read-only root.
 //
-// Run creates, for one step, in this order and recording each in the step's
+// Open creates, for one step, in this order and recording each in the step's
 // state file before it exists: the netns, the cgroup and the jail's root
 // mount point, named by vmrunner/hoststate from (run, step). It writes the
 // job to the control directory (root-only, 0700), gives the workspace to the
-// job's uid, starts the jail held, places it in the cgroup, releases it and
-// waits with a host-side deadline. Everything is removed again on every way
-// out — success, failure, timeout, setup error and a cancelled context — and
-// then the state file goes; hoststate.GC removes what a killed apply left.
-//
-// Open is Run's long-lived counterpart: the same sandbox, whose agent
-// serves commands (guest/session.go) until Session.Stop removes it all in
-// the same way (session.go).
+// job's uid, starts the jail held, places it in the cgroup and releases it.
+// For a batch job, Wait then waits with a host-side deadline; for a
+// session job, the agent serves commands (guest/session.go) until Stop
+// (sandbox.go). Stop removes everything again on every way out — success,
+// failure, timeout, setup error and a cancelled context — and then the
+// state file goes; hoststate.GC removes what a killed apply left.
 //
 // The package needs root. A step without network.allow has lo alone. A
 // step with it (spec.Egress) gets the step's egress room in its namespace
@@ -27,15 +25,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/egress"
-	"github.com/agentsandbox/agentsandbox/fsx/jobfs"
 	"github.com/agentsandbox/agentsandbox/guest"
-	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
@@ -74,8 +68,8 @@ type Options struct {
 	InitPath string
 }
 
-// Backend runs steps in namespace jails. It is safe for concurrent Runs of
-// distinct steps.
+// Backend runs steps in namespace jails. It is safe for concurrent Opens
+// of distinct steps.
 type Backend struct {
 	opts Options
 }
@@ -138,32 +132,6 @@ func hostTimeoutMS(spec vmrunner.StepSpec) int64 {
 	return t
 }
 
-// Run runs one step in a jail; see the package documentation.
-func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner.StepResult, err error) {
-	res.Isolation = workflow.IsolationNamespace
-	res.Started = time.Now()
-	name := spec.Step.Name
-	defer func() {
-		res.Finished = time.Now()
-		if err != nil {
-			err = fmt.Errorf("run step %q in a namespace jail: %w", name, err)
-		}
-	}()
-	j, err := b.launch(ctx, spec)
-	if j != nil {
-		res.Seccomp = j.seccomp
-		defer func() {
-			if cerr := j.cleanup(); cerr != nil {
-				err = errors.Join(err, cerr)
-			}
-		}()
-	}
-	if err != nil {
-		return res, err
-	}
-	return wait(ctx, j.sb, spec, res)
-}
-
 // launched is a started jail and what must be undone after it.
 type launched struct {
 	sb      *sandbox.Sandbox
@@ -183,7 +151,7 @@ func (j *launched) cleanup() error {
 
 // launch creates the step's sandbox (state file, netns, cgroup, jail root
 // mount point), seals the control directory, starts the egress room and the
-// jail, released. It is Run and Open alike. A non-nil launched must be
+// jail, released, for batch and session jobs alike. A non-nil launched must be
 // cleaned up, also with an error.
 func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec) (*launched, error) {
 	name := spec.Step.Name
@@ -210,7 +178,11 @@ func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec) (*launched
 		return j, err
 	}
 
-	if err := prepareDirs(spec); err != nil {
+	// The control directory root-only, the workspace the job's.
+	if err := sandbox.PrepareDirs(sandbox.Dirs{
+		Control: spec.ControlDir, ControlMode: 0o700,
+		Workspace: spec.Workspace, UID: spec.Job.UID, GID: spec.Job.GID,
+	}); err != nil {
 		return j, err
 	}
 	// job.json is the engine's: it wrote spec.Job there, and the record
@@ -218,11 +190,7 @@ func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec) (*launched
 
 	resolv := ""
 	if spec.Egress != nil {
-		room, ok := sb.NS.(netns.EgressRoom)
-		if !ok {
-			return j, fmt.Errorf("the step's network namespace (%T) cannot hold egress", sb.NS)
-		}
-		if err := spec.Egress.Start(room, ""); err != nil {
+		if err := spec.Egress.Start(sb.NS, ""); err != nil {
 			return j, err
 		}
 		// Stopped when the job has ended and before Cleanup deletes the
@@ -276,34 +244,6 @@ func hostname(step string) string {
 		return step[:64]
 	}
 	return step
-}
-
-// prepareDirs makes the control directory root-only and gives the
-// workspace to the job's user, and removes a stale result.
-func prepareDirs(spec vmrunner.StepSpec) error {
-	if err := os.Chown(spec.ControlDir, 0, 0); err != nil {
-		return fmt.Errorf("seal control directory: %w", err)
-	}
-	if err := os.Chmod(spec.ControlDir, 0o700); err != nil {
-		return fmt.Errorf("seal control directory: %w", err)
-	}
-	for _, f := range []string{guest.ResultFile, guest.StdoutFile, guest.StderrFile, guest.SessionSocket} {
-		if err := os.Remove(filepath.Join(spec.ControlDir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove stale %s: %w", f, err)
-		}
-	}
-	uid, gid := spec.Job.UID, spec.Job.GID
-	// Through jobfs: the workspace itself must be a directory, and no
-	// symlink beneath it is followed.
-	ws, err := jobfs.Open(spec.Workspace)
-	if err != nil {
-		return fmt.Errorf("give the workspace to uid %d: %w", uid, err)
-	}
-	defer ws.Close()
-	if err := ws.LchownAll(".", uid, gid); err != nil {
-		return fmt.Errorf("give the workspace to uid %d: %w", uid, err)
-	}
-	return nil
 }
 
 // wait waits for the jail with the host's deadline and turns what it sees

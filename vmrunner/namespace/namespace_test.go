@@ -29,3 +29,7 @@ var suiteOpts = runnertest.Options{
 func TestConformance(t *testing.T) {
 	runnertest.Run(t, newBackend, suiteOpts)
 }
+
+func TestSessionConformance(t *testing.T) {
+	runnertest.RunSessions(t, newBackend, suiteOpts)
+}

@@ -85,7 +85,7 @@ func TestRefusals(t *testing.T) {
 	}{{"packages without nix", pkgs, ErrPackagesWithoutNix}} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := New(Options{StateDir: t.TempDir(), JailDir: t.TempDir()})
-			_, err := b.Run(context.Background(), tc.spec)
+			_, err := vmrunner.RunStep(context.Background(), b, tc.spec)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Run: %v, want %v", err, tc.want)
 			}
@@ -99,7 +99,7 @@ func TestIORateWithoutDisk(t *testing.T) {
 	spec := vmrunner.StepSpec{RunID: "r", Step: workflow.Step{Name: "s"}, Workspace: "/proc", ControlDir: "/c"}
 	spec.Step.Resources.IOWriteBps = 1 << 20
 	opts := Options{StateDir: t.TempDir(), JailDir: t.TempDir()}
-	_, err := New(opts).Run(context.Background(), spec)
+	_, err := vmrunner.RunStep(context.Background(), New(opts), spec)
 	if err == nil || !strings.Contains(err.Error(), "throttle disk IO of the workspace /proc") {
 		t.Fatalf("Run: %v, want a throttle error naming the workspace", err)
 	}

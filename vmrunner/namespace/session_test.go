@@ -20,7 +20,7 @@ import (
 
 // openSession opens a session job in a fresh sandbox and stops it (and
 // checks nothing is left) when the test ends.
-func openSession(t testing.TB) (*Session, vmrunner.StepSpec, Options) {
+func openSession(t testing.TB) (*Sandbox, vmrunner.StepSpec, Options) {
 	t.Helper()
 	testtier.Root(t)
 	opts := Options{StateDir: t.TempDir(), JailDir: t.TempDir()}
@@ -28,12 +28,12 @@ func openSession(t testing.TB) (*Session, vmrunner.StepSpec, Options) {
 	spec := sessionSpec(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := b.Open(ctx, spec)
+	sb, err := b.Open(ctx, spec)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	t.Cleanup(func() { s.Stop(context.Background()) })
-	return s, spec, opts
+	t.Cleanup(func() { sb.Stop(context.Background()) })
+	return sb.(*Sandbox), spec, opts
 }
 
 func sessionSpec(t testing.TB) vmrunner.StepSpec {
@@ -47,7 +47,7 @@ func sessionSpec(t testing.TB) vmrunner.StepSpec {
 
 // drain reads an exec's events to the end; the stream must end with an
 // exit or error event.
-func drain(t testing.TB, x *Exec) runnertest.ExecOut {
+func drain(t testing.TB, x vmrunner.Exec) runnertest.ExecOut {
 	t.Helper()
 	o := runnertest.Drain(x)
 	if o.Err != nil {
@@ -56,7 +56,7 @@ func drain(t testing.TB, x *Exec) runnertest.ExecOut {
 	return o
 }
 
-func execWait(t testing.TB, s *Session, q guest.SessionRequest) runnertest.ExecOut {
+func execWait(t testing.TB, s *Sandbox, q guest.SessionRequest) runnertest.ExecOut {
 	t.Helper()
 	x, err := s.Exec(context.Background(), q)
 	if err != nil {
@@ -220,7 +220,7 @@ func TestSessionDisconnectAndOrphans(t *testing.T) {
 	cancel() // the client goes away
 	for range x.Events() {
 	}
-	if x.Err() == nil {
+	if x.(*Exec).Err() == nil {
 		t.Error("Err nil after a cancelled exec")
 	}
 	// Seen from inside: the sleeper is gone (or a zombie no longer: ps
@@ -278,7 +278,7 @@ func TestSessionStopWithRunningExec(t *testing.T) {
 		}
 	}
 	if exit == nil || exit.Signal != "SIGKILL" {
-		t.Errorf("running exec after Stop: exit %+v, err %v", exit, x.Err())
+		t.Errorf("running exec after Stop: exit %+v, err %v", exit, x.(*Exec).Err())
 	}
 	assertClean(t, opts, spec)
 	if _, err := s.Exec(context.Background(), runnertest.SessionRequest(spec, "true")); err == nil {
@@ -314,11 +314,21 @@ func TestSessionOpenCancelled(t *testing.T) {
 	}
 	assertClean(t, opts, spec)
 
-	// Not a session job: refused before anything is made.
+	// A batch job's sandbox runs its command and refuses other ones.
 	spec = suiteOpts.Spec(t, "oneshot", []string{"true"})
 	runnertest.WriteJob(t, spec)
-	if _, err := New(opts).Open(context.Background(), spec); err == nil || !strings.Contains(err.Error(), "not a session job") {
-		t.Errorf("Open of a one-shot job: %v", err)
+	sb, err := New(opts).Open(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Open of a batch job: %v", err)
+	}
+	if _, err := sb.Exec(context.Background(), runnertest.SessionRequest(spec, "true")); !errors.Is(err, vmrunner.ErrBatchExec) {
+		t.Errorf("Exec in a batch job's sandbox: %v, want ErrBatchExec", err)
+	}
+	if res, err := sb.Wait(context.Background()); err != nil || res.Status != vmrunner.StatusSucceeded {
+		t.Errorf("Wait: %+v, %v", res, err)
+	}
+	if err := sb.Stop(context.Background()); err != nil {
+		t.Error(err)
 	}
 	assertClean(t, opts, spec)
 }

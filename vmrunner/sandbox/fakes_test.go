@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -156,6 +157,25 @@ func (n *fakeNetns) CreateTap(t netns.Tap) (netlink.Link, error) {
 }
 func (n *fakeNetns) Delete() error {
 	n.log.add("delete netns %s", n.name)
+	return nil
+}
+
+// The lifecycle's tests open no egress room: the backends' tests do.
+func (n *fakeNetns) SetupEgress(netns.Egress) error {
+	n.log.add("set up egress in netns %s", n.name)
+	return nil
+}
+func (n *fakeNetns) Listen(network, address string) (net.Listener, error) {
+	return nil, errors.New("the fake netns has no sockets")
+}
+func (n *fakeNetns) ListenPacket(network, address string) (net.PacketConn, error) {
+	return nil, errors.New("the fake netns has no sockets")
+}
+func (n *fakeNetns) EgressCounters() (netns.EgressCounters, error) {
+	return netns.EgressCounters{}, nil
+}
+func (n *fakeNetns) SetBandwidth(link string, bitsPerSecond uint64) error {
+	n.log.add("shape %s in netns %s to %d bit/s", link, n.name, bitsPerSecond)
 	return nil
 }
 

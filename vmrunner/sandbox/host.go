@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/netns"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/vmrunner/jail"
 	"github.com/vishvananda/netlink"
@@ -15,8 +16,10 @@ import (
 // package's tests use fakes that write down what they were asked, so the
 // lifecycle is tested without root and without waiting.
 
-// Netns is the step's network namespace.
+// Netns is the step's network namespace: also the room of its egress
+// (vmrunner.NetRoom).
 type Netns interface {
+	vmrunner.NetRoom
 	// Path is the namespace's file, for the jail to join.
 	Path() string
 	// CreateTap creates a tap device in the namespace (the vm backend's).

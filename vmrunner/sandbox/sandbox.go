@@ -1,12 +1,13 @@
 // Package sandbox holds what one step owns on the host — its state file,
-// network namespace, cgroup and jail process — creates them in order with
+// network namespace, cgroup and jail process, and how its control
+// directory and workspace are handed to the jail (PrepareDirs) — creates them in order with
 // each recorded in the state file first, and removes them in reverse order
 // on every path. Both isolation backends (vmrunner/namespace and
 // vmrunner/vm) run their steps through it and keep only what differs: the
 // namespace backend's job setup, the vm backend's working directory, taps
 // and QMP shutdown.
 //
-// A Run uses it like this:
+// A backend's Open, Wait and Stop use it like this:
 //
 //	sb := sandbox.New(stateDir, runID, step, dirs...) // names the netns, cgroup and dirs
 //	defer func() { err = errors.Join(err, sb.Cleanup()) }()
@@ -36,8 +37,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/fsx/jobfs"
+	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
@@ -295,4 +299,48 @@ func (s *Sandbox) Cleanup() error {
 		return fmt.Errorf("clean up (run `agentsandbox gc` to retry): %w", errors.Join(errs...))
 	}
 	return hoststate.Remove(s.stateDir, s.state)
+}
+
+// Dirs is how a step's backend hands the step's directories to its jail
+// (PrepareDirs).
+type Dirs struct {
+	// Control is the control directory: it becomes root's with group
+	// ControlGID and mode ControlMode, and the agent's files of an
+	// earlier run (result.json, the logs, the session socket) and Stale
+	// are removed from it.
+	Control     string
+	ControlGID  int
+	ControlMode os.FileMode
+	Stale       []string
+	// Workspace is given, with everything beneath it, to UID:GID.
+	Workspace string
+	UID, GID  int
+}
+
+// PrepareDirs seals the control directory and gives the workspace to the
+// job's (or its hypervisor's) user, for both backends. The workspace is
+// the job's: it is changed through fsx/jobfs, so it must itself be a
+// directory and no symlink beneath it is followed.
+func PrepareDirs(d Dirs) error {
+	if err := os.Chown(d.Control, 0, d.ControlGID); err != nil {
+		return fmt.Errorf("seal control directory: %w", err)
+	}
+	if err := os.Chmod(d.Control, d.ControlMode); err != nil {
+		return fmt.Errorf("seal control directory: %w", err)
+	}
+	stale := append([]string{guest.ResultFile, guest.StdoutFile, guest.StderrFile, guest.SessionSocket}, d.Stale...)
+	for _, f := range stale {
+		if err := os.Remove(filepath.Join(d.Control, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove stale %s: %w", f, err)
+		}
+	}
+	ws, err := jobfs.Open(d.Workspace)
+	if err != nil {
+		return fmt.Errorf("give the workspace to uid %d: %w", d.UID, err)
+	}
+	defer ws.Close()
+	if err := ws.LchownAll(".", d.UID, d.GID); err != nil {
+		return fmt.Errorf("give the workspace to uid %d: %w", d.UID, err)
+	}
+	return nil
 }

@@ -98,7 +98,7 @@ func BenchmarkBoot(b *testing.B) {
 			runnertest.WriteJob(b, spec)
 			m := &markTimer{start: time.Now()}
 			spec.Console = m
-			res, err := be.Run(context.Background(), spec)
+			res, err := vmrunner.RunStep(context.Background(), be, spec)
 			if err != nil || res.Status != vmrunner.StatusSucceeded {
 				b.Fatalf("run: %+v %v", res, err)
 			}

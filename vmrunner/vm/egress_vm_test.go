@@ -218,7 +218,7 @@ func TestEgressNeedsATap(t *testing.T) {
 	s := spec(t, "notap", runnertest.Sh("true"))
 	s.Step.Network.Allow = []string{"api.example.test:80"}
 	s.Egress = gw
-	_, err = checked{t: t, b: newBackend(t, Options{})}.Run(context.Background(), s)
+	_, err = vmrunner.RunStep(context.Background(), checked{t: t, b: newBackend(t, Options{})}, s)
 	if err == nil || !strings.Contains(err.Error(), "no tap interface") || !strings.Contains(err.Error(), "rebuild the step's runner") {
 		t.Fatalf("Run = %v, want an error saying the runner has no tap for egress", err)
 	}

@@ -25,66 +25,52 @@ const StopGrace = guest.KillGrace + 10*time.Second
 // pingTimeout bounds one ping of the agent once the VM is up.
 const pingTimeout = 10 * time.Second
 
-// The vm backend holds sessions for the engine (engine.OpenSandbox,
-// through vmrunner.SessionBackend).
-var (
-	_ vmrunner.SessionBackend = (*Backend)(nil)
-	_ vmrunner.Session        = (*Session)(nil)
-)
+var _ vmrunner.Backend = (*Backend)(nil)
 
-// Session is a long-lived sandbox of the vm backend (Open): the same VM
-// as a step's, whose agent serves commands on the session channel (a
-// virtio-serial port; docs/guest-protocol.md, "The VM transport") until
-// Stop. All its methods are safe for concurrent use.
-type Session struct {
+// Sandbox is a step's open VM (Open). For a batch job its agent runs the
+// job and Wait waits for it with the host's deadline; for a session job
+// the agent serves commands on the session channel (a virtio-serial port;
+// docs/guest-protocol.md, "The VM transport") until Stop. All its methods
+// are safe for concurrent use.
+type Sandbox struct {
+	b     *Backend
 	spec  vmrunner.StepSpec
 	l     *launched
-	res   vmrunner.StepResult // the accelerator and seccomp digest
+	res   vmrunner.StepResult // the isolation, start, accelerator and seccomp digest
 	hvUID int
-	mux   *mux.Session
+	mux   *mux.Session // session jobs only
 
 	stopOnce sync.Once
 	stopErr  error
 }
 
-// OpenSession is Open behind the vmrunner.Session interface.
-func (b *Backend) OpenSession(ctx context.Context, spec vmrunner.StepSpec) (vmrunner.Session, error) {
-	s, err := b.Open(ctx, spec)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// Open starts a session: it creates the sandbox and starts the VM exactly
-// as Run does (state file, netns and taps, cgroup, egress, working
-// directory, the runner in its jail), connects to the runner's session
-// channel (microvm.SessionSocket in the VM's working directory, which
-// qemu listens on) and waits until the agent answers a ping, within the
-// start bound of the accelerator. spec.Job must be a session job
-// (Session true, no command), already written to the control directory
-// as job.json. Only qemu runners have the channel: cloud-hypervisor and
-// firecracker have no virtio-serial. ctx bounds the opening only. On an
-// error nothing is left; otherwise the caller must call Stop, also after
-// Done is closed.
-func (b *Backend) Open(ctx context.Context, spec vmrunner.StepSpec) (_ *Session, err error) {
-	name := spec.Step.Name
+// Open creates the step's sandbox and starts the VM (state file, netns
+// and taps, cgroup, egress, working directory, the runner in its jail) on
+// the job.json the caller wrote to the control directory. A batch job
+// runs at once (Wait). For a session job (Session true, no command), Open
+// connects to the runner's session channel (microvm.SessionSocket in the
+// VM's working directory, which qemu listens on) and waits until the
+// agent answers a ping, within the start bound of the accelerator. Only
+// qemu runners have the channel: cloud-hypervisor and firecracker have no
+// virtio-serial. ctx bounds the opening only. On an error nothing is
+// left; otherwise the caller must call Stop, also after Done is closed.
+func (b *Backend) Open(ctx context.Context, spec vmrunner.StepSpec) (_ vmrunner.Sandbox, err error) {
+	s := &Sandbox{b: b, spec: spec, hvUID: HypervisorUID(spec.Job.UID)}
+	s.res.Isolation, s.res.Hypervisor = workflow.IsolationVM, workflow.HypervisorQEMU
+	s.res.Started = time.Now()
 	defer func() {
 		if err != nil {
-			err = fmt.Errorf("open a session for step %q in a VM: %w", name, err)
+			err = s.wrap(err)
 		}
 	}()
-	if !spec.Job.Session {
-		return nil, errors.New("the job is not a session job: set Job.Session (and no command) and write it to job.json")
+	if spec.Job.Session {
+		if hv := spec.Step.Hypervisor; hv != "" && hv != workflow.HypervisorQEMU {
+			return nil, fmt.Errorf("hypervisor %s has no virtio-serial port for the session channel: a VM sandbox needs hypervisor qemu (vsock on the other hypervisors is future work)", hv)
+		}
+		if err := checkSessionRunner(spec.Runner); err != nil {
+			return nil, err
+		}
 	}
-	if hv := spec.Step.Hypervisor; hv != "" && hv != workflow.HypervisorQEMU {
-		return nil, fmt.Errorf("hypervisor %s has no virtio-serial port for the session channel: a VM sandbox needs hypervisor qemu (vsock on the other hypervisors is future work)", hv)
-	}
-	if err := checkSessionRunner(spec.Runner); err != nil {
-		return nil, err
-	}
-	s := &Session{spec: spec, hvUID: HypervisorUID(spec.Job.UID)}
-	s.res.Isolation, s.res.Hypervisor = workflow.IsolationVM, workflow.HypervisorQEMU
 	l, err := b.launch(ctx, spec, &s.res)
 	if err != nil {
 		if l != nil {
@@ -93,10 +79,36 @@ func (b *Backend) Open(ctx context.Context, spec vmrunner.StepSpec) (_ *Session,
 		return nil, err
 	}
 	s.l = l
+	if !spec.Job.Session {
+		return s, nil
+	}
 	if err := s.connect(ctx, b.startTimeout(s.res.Accel)); err != nil {
 		return nil, errors.Join(err, s.teardown(false))
 	}
 	return s, nil
+}
+
+// wrap names the step and what was done with it in err.
+func (s *Sandbox) wrap(err error) error {
+	if s.spec.Job.Session {
+		return fmt.Errorf("open a session for step %q in a VM: %w", s.spec.Step.Name, err)
+	}
+	return fmt.Errorf("run step %q in a VM: %w", s.spec.Step.Name, err)
+}
+
+// Wait waits for the VM to end. A batch job's is waited for with the
+// host's deadline and start bound, and its result classified; a
+// session's ends at Stop or when the VM powers off.
+func (s *Sandbox) Wait(ctx context.Context) (vmrunner.StepResult, error) {
+	if s.spec.Job.Session {
+		return vmrunner.WaitSession(ctx, s, s.spec, hypervisorMemory(s.spec.Step.Resources), s.b.words(s.spec), s.res)
+	}
+	res, err := s.b.wait(ctx, s.l.r, s.l.ri, s.spec, s.l.con, s.res)
+	res.Finished = time.Now()
+	if err != nil {
+		return res, s.wrap(err)
+	}
+	return res, nil
 }
 
 // checkSessionRunner refuses a runner without the session channel: one
@@ -117,7 +129,7 @@ func checkSessionRunner(runner string) error {
 
 // connect dials the session channel until qemu listens, then pings the
 // agent until it answers, the VM ends, ctx is done or bound passes.
-func (s *Session) connect(ctx context.Context, bound time.Duration) error {
+func (s *Sandbox) connect(ctx context.Context, bound time.Duration) error {
 	deadline := time.Now().Add(bound)
 	pause := 5 * time.Millisecond
 	var last error
@@ -155,7 +167,7 @@ func (s *Session) connect(ctx context.Context, bound time.Duration) error {
 	}
 }
 
-func (s *Session) startError(what string) error {
+func (s *Sandbox) startError(what string) error {
 	return &StartError{Accel: accelOf(s.res), What: what, ConsoleTail: s.l.con.tail()}
 }
 
@@ -189,7 +201,7 @@ func dialSession(workDir string, hvUID int) (net.Conn, error) {
 }
 
 // ping asks the agent for a pong on a stream of its own.
-func (s *Session) ping(ctx context.Context, wait time.Duration) error {
+func (s *Sandbox) ping(ctx context.Context, wait time.Duration) error {
 	st, err := s.mux.Open(ctx)
 	if err != nil {
 		return fmt.Errorf("ping the agent: %w", err)
@@ -211,17 +223,17 @@ func (s *Session) ping(ctx context.Context, wait time.Duration) error {
 }
 
 // Accel is the accelerator the VM runs with ("kvm" or "tcg").
-func (s *Session) Accel() string { return s.res.Accel }
+func (s *Sandbox) Accel() string { return s.res.Accel }
 
 // Seccomp is the digest of the seccomp filter the hypervisor runs under
 // ("sha256:<hex>"), as StepResult.Seccomp.
-func (s *Session) Seccomp() string { return s.res.Seccomp }
+func (s *Sandbox) Seccomp() string { return s.res.Seccomp }
 
 // Done is closed when the VM has ended, by itself or by Stop.
-func (s *Session) Done() <-chan struct{} { return s.l.r.sb.Proc.Done() }
+func (s *Sandbox) Done() <-chan struct{} { return s.l.r.sb.Proc.Done() }
 
 // Usage is what the VM's cgroup has measured so far.
-func (s *Session) Usage() (vmrunner.Usage, error) { return s.l.r.sb.Cgroup.Usage() }
+func (s *Sandbox) Usage() (vmrunner.Usage, error) { return s.l.r.sb.Cgroup.Usage() }
 
 // Exec starts one command in the session on a stream of its own. The
 // request is sent as is (Op is set to exec): its Env, UID and GID are the
@@ -229,7 +241,10 @@ func (s *Session) Usage() (vmrunner.Usage, error) { return s.l.r.sb.Cgroup.Usage
 // "started" or "error", then output, then "exit". When ctx is done before
 // the exit, the stream is closed and the agent kills the command's
 // process group; Close does the same.
-func (s *Session) Exec(ctx context.Context, q guest.SessionRequest) (vmrunner.SessionExec, error) {
+func (s *Sandbox) Exec(ctx context.Context, q guest.SessionRequest) (vmrunner.Exec, error) {
+	if !s.spec.Job.Session {
+		return nil, fmt.Errorf("exec in step %q: %w", s.spec.Step.Name, vmrunner.ErrBatchExec)
+	}
 	st, err := s.mux.Open(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("exec in session %q: open a stream of the session channel: %w", s.spec.Step.Name, err)
@@ -241,17 +256,18 @@ func (s *Session) Exec(ctx context.Context, q guest.SessionRequest) (vmrunner.Se
 	return x, nil
 }
 
-// Stop ends the session: a goaway on the channel, on which the agent
-// kills its commands, writes result.json and powers the VM off; after
-// StopGrace (or at once when ctx is done) qemu is quit over QMP, then the
-// cgroup killed. Then everything Run would remove is removed: the egress,
-// the cgroup, the netns with its taps, the working directory with its
+// Stop ends the sandbox. A session gets a goaway on the channel, on which
+// the agent kills its commands, writes result.json and powers the VM off;
+// after StopGrace (or at once when ctx is done) qemu is quit over QMP,
+// then the cgroup killed; a batch job's VM still running is quit and
+// killed. Then everything Open created is removed: the egress, the
+// cgroup, the netns with its taps, the working directory with its
 // sockets, the jail's root mount point and the state file. Stop after the
-// VM ended by itself only cleans up; a second Stop returns the first's
-// error.
-func (s *Session) Stop(ctx context.Context) error {
+// VM ended (a batch job after Wait) only cleans up; a second Stop returns
+// the first's error.
+func (s *Sandbox) Stop(ctx context.Context) error {
 	s.stopOnce.Do(func() {
-		if ctx.Err() == nil {
+		if s.mux != nil && ctx.Err() == nil {
 			// A guest that stopped reading holds the channel's writes:
 			// the goaway waits with the rest of the grace, and the
 			// teardown's quit and close unblock it.
@@ -274,7 +290,11 @@ func (s *Session) Stop(ctx context.Context) error {
 			t.Stop()
 		}
 		if err := s.teardown(false); err != nil {
-			s.stopErr = fmt.Errorf("stop the session of step %q: %w", s.spec.Step.Name, err)
+			if s.spec.Job.Session {
+				s.stopErr = fmt.Errorf("stop the session of step %q: %w", s.spec.Step.Name, err)
+			} else {
+				s.stopErr = s.wrap(err)
+			}
 		}
 	})
 	return s.stopErr
@@ -282,7 +302,7 @@ func (s *Session) Stop(ctx context.Context) error {
 
 // teardown stops the VM (QMP quit, then kill; a powerdown first when
 // graceful), closes the channel and cleans everything up.
-func (s *Session) teardown(graceful bool) error {
+func (s *Sandbox) teardown(graceful bool) error {
 	select {
 	case <-s.Done():
 	default:

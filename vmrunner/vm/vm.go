@@ -2,7 +2,7 @@
 // its own microVM, started by the step's realised microvm.nix runner
 // (bin/microvm-run), in the step's own network namespace and cgroup.
 //
-// Run, for one step, records in the step's state file and then creates: the
+// Open, for one step, records in the step's state file and then creates: the
 // netns (hoststate.NetnsName(run, step)) with the runner's taps
 // (share/microvm/tap-interfaces, flags from tap-flags, owned by the
 // hypervisor's uid), the step's egress when it has one (spec.Egress,
@@ -19,8 +19,8 @@
 // (the job's uid; HypervisorFallbackUID for a uid-0 job) and HypervisorGID,
 // with no capabilities and no_new_privs. It sends the runner's stdout and
 // stderr (the guest console) to StepSpec.Console and to console.log in the
-// control directory, and waits with a host deadline of the step's timeout
-// plus BootAllowance. Past it, it asks the guest to power off
+// control directory. For a batch job, Wait then waits with a host deadline
+// of the step's timeout plus BootAllowance. Past it, it asks the guest to power off
 // (bin/microvm-shutdown, else QMP system_powerdown), then quits qemu over
 // QMP, then kills the cgroup.
 //
@@ -28,18 +28,18 @@
 // hypervisor makes it oom, else result.json decides; a guest that ends
 // without one failed ("guest panicked" when the console showed a kernel
 // panic), or timed out when the host stopped it.
-// Everything is removed on every way out, including a cancelled context.
+// Stop removes everything on every way out, including a cancelled context.
 //
 // The accelerator is decided once per runner (Backend.accel, AccelDecision):
 // KVM where a probe with the runner's own CPU model and machine shows it
 // runs a guest, otherwise TCG with a one-line warning; the step's result
 // and any start failure state the decision and its reason.
 //
-// Open (session.go) starts the same VM for a session job and keeps it: the
-// agent serves commands over the session channel, a virtio-serial port
-// whose host end is qemu's unix socket microvm.SessionSocket in the
-// working directory, multiplexed by guest/mux; Stop ends it and removes
-// what Run removes.
+// For a session job (session.go) the same VM is kept: the agent serves
+// commands over the session channel, a virtio-serial port whose host end
+// is qemu's unix socket microvm.SessionSocket in the working directory,
+// multiplexed by guest/mux; Stop ends it and removes what a batch step's
+// Stop removes.
 package vm
 
 import (
@@ -56,7 +56,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentsandbox/agentsandbox/fsx/jobfs"
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/microvm"
 	"github.com/agentsandbox/agentsandbox/netns"
@@ -357,32 +356,6 @@ func removeWorkDir(workDir string) error {
 	return errors.Join(errs...)
 }
 
-// Run runs one step in a microVM; see the package documentation.
-func (b *Backend) Run(ctx context.Context, spec vmrunner.StepSpec) (res vmrunner.StepResult, err error) {
-	res.Isolation = workflow.IsolationVM
-	res.Hypervisor = workflow.HypervisorQEMU
-	res.Started = time.Now()
-	name := spec.Step.Name
-	defer func() {
-		res.Finished = time.Now()
-		if err != nil {
-			err = fmt.Errorf("run step %q in a VM: %w", name, err)
-		}
-	}()
-	l, err := b.launch(ctx, spec, &res)
-	if l != nil {
-		defer func() {
-			if cerr := l.cleanup(); cerr != nil {
-				err = errors.Join(err, cerr)
-			}
-		}()
-	}
-	if err != nil {
-		return res, err
-	}
-	return b.wait(ctx, l.r, l.ri, spec, l.con, res)
-}
-
 // launched is a started VM and what must be undone after it.
 type launched struct {
 	r      *run
@@ -412,7 +385,7 @@ func (l *launched) cleanup() error {
 
 // launch creates the step's sandbox, the VM's working directory and
 // console log, starts the egress and the runner in its jail, and fills in
-// res's accelerator and seccomp digest. It is Run and Open alike. A
+// res's accelerator and seccomp digest, for batch and session jobs alike. A
 // non-nil launched must be cleaned up, also with an error.
 func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec, res *vmrunner.StepResult) (*launched, error) {
 	name := spec.Step.Name
@@ -484,7 +457,14 @@ func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec, res *vmrun
 	if err := linkShares(workDir, spec); err != nil {
 		return l, err
 	}
-	if err := prepareDirs(spec, hvUID); err != nil {
+	// The control directory root's and the hypervisor's group's (0770:
+	// the hypervisor writes the agent's files, the job cannot look in),
+	// the workspace the hypervisor's uid's (the job's, see HypervisorUID)
+	// with the job's gid.
+	if err := sandbox.PrepareDirs(sandbox.Dirs{
+		Control: spec.ControlDir, ControlGID: HypervisorGID, ControlMode: 0o770, Stale: []string{ConsoleLog},
+		Workspace: spec.Workspace, UID: hvUID, GID: spec.Job.GID,
+	}); err != nil {
 		return l, err
 	}
 	// job.json is the engine's: it wrote spec.Job there, and the record
@@ -537,7 +517,7 @@ func (b *Backend) launch(ctx context.Context, spec vmrunner.StepSpec, res *vmrun
 // startEgress opens the step's egress on the runner's one tap in the
 // step's namespace ns, and shapes what the tap sends the guest to the
 // step's bandwidth. On error nothing of the egress is left running.
-func startEgress(ns any, spec vmrunner.StepSpec, ri RunnerInfo) error {
+func startEgress(ns vmrunner.NetRoom, spec vmrunner.StepSpec, ri RunnerInfo) error {
 	switch len(ri.Taps) {
 	case 1:
 	case 0:
@@ -548,20 +528,11 @@ func startEgress(ns any, spec vmrunner.StepSpec, ri RunnerInfo) error {
 			"rebuild the step's runner from this workflow (nixgen gives it the one tap %s)", spec.Runner, len(ri.Taps), ri.Taps, microvm.TapID)
 	}
 	tap := ri.Taps[0]
-	room, ok := ns.(netns.EgressRoom)
-	if !ok {
-		return fmt.Errorf("the step's network namespace (%T) cannot hold egress", ns)
-	}
-	if err := spec.Egress.Start(room, tap); err != nil {
+	if err := spec.Egress.Start(ns, tap); err != nil {
 		return err
 	}
 	if bw := spec.Step.Resources.Bandwidth; bw > 0 {
-		shaper, ok := ns.(vmrunner.Shaper)
-		err := fmt.Errorf("the step's network namespace (%T) cannot shape traffic", ns)
-		if ok {
-			err = shaper.SetBandwidth(tap, uint64(bw))
-		}
-		if err != nil {
+		if err := ns.SetBandwidth(tap, uint64(bw)); err != nil {
 			return errors.Join(fmt.Errorf("shape the guest's tap to resources.bandwidth: %w", err), spec.Egress.Stop())
 		}
 	}
@@ -738,36 +709,6 @@ func linkShares(workDir string, spec vmrunner.StepSpec) error {
 		if err := os.Symlink(abs, filepath.Join(workDir, l.name)); err != nil {
 			return fmt.Errorf("link share %s: %w", l.name, err)
 		}
-	}
-	return nil
-}
-
-// prepareDirs gives the control directory to root and the hypervisor's
-// group (0770: the hypervisor writes the agent's files, the job cannot look
-// in), gives the workspace to the hypervisor's uid (the job's, see
-// HypervisorUID) and the job's gid, and removes stale results.
-func prepareDirs(spec vmrunner.StepSpec, hvUID int) error {
-	if err := os.Chown(spec.ControlDir, 0, HypervisorGID); err != nil {
-		return fmt.Errorf("seal control directory: %w", err)
-	}
-	if err := os.Chmod(spec.ControlDir, 0o770); err != nil {
-		return fmt.Errorf("seal control directory: %w", err)
-	}
-	for _, f := range []string{guest.ResultFile, guest.StdoutFile, guest.StderrFile, ConsoleLog} {
-		if err := os.Remove(filepath.Join(spec.ControlDir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove stale %s: %w", f, err)
-		}
-	}
-	uid, gid := hvUID, spec.Job.GID
-	// Through jobfs: the workspace itself must be a directory, and no
-	// symlink beneath it is followed.
-	ws, err := jobfs.Open(spec.Workspace)
-	if err != nil {
-		return fmt.Errorf("give the workspace to uid %d: %w", uid, err)
-	}
-	defer ws.Close()
-	if err := ws.LchownAll(".", uid, gid); err != nil {
-		return fmt.Errorf("give the workspace to uid %d: %w", uid, err)
 	}
 	return nil
 }

@@ -111,14 +111,30 @@ type checked struct {
 
 func (c checked) Isolation() workflow.Isolation { return c.b.Isolation() }
 
-func (c checked) Run(ctx context.Context, spec vmrunner.StepSpec) (vmrunner.StepResult, error) {
+func (c checked) Open(ctx context.Context, spec vmrunner.StepSpec) (vmrunner.Sandbox, error) {
 	if spec.Runner == "" {
 		spec.Runner = c.runner
 	}
 	runnertest.WriteJob(c.t, spec) // the engine's part
-	res, err := c.b.Run(ctx, spec)
-	assertClean(c.t, c.b, spec)
-	return res, err
+	sb, err := c.b.Open(ctx, spec)
+	if err != nil {
+		assertClean(c.t, c.b, spec)
+		return nil, err
+	}
+	return checkedSandbox{sb, c, spec}, nil
+}
+
+// checkedSandbox checks that nothing is left once it is stopped.
+type checkedSandbox struct {
+	vmrunner.Sandbox
+	c    checked
+	spec vmrunner.StepSpec
+}
+
+func (s checkedSandbox) Stop(ctx context.Context) error {
+	err := s.Sandbox.Stop(ctx)
+	assertClean(s.c.t, s.c.b, s.spec)
+	return err
 }
 
 func assertClean(t testing.TB, b *Backend, spec vmrunner.StepSpec) {
@@ -144,17 +160,30 @@ func assertClean(t testing.TB, b *Backend, spec vmrunner.StepSpec) {
 	}
 }
 
+// fixtureBackend is a checked backend whose steps run the fixture runner.
+func fixtureBackend(t *testing.T) vmrunner.Backend {
+	return checked{t: t, b: newBackend(t, Options{}), runner: fixture(t).Dir}
+}
+
 // TestConformance runs the shared backend suite in real qemu guests (TCG).
 func TestConformance(t *testing.T) {
-	runnertest.Run(t, func(t *testing.T) vmrunner.Backend {
-		fx := fixture(t)
-		return checked{t: t, b: newBackend(t, Options{}), runner: fx.Dir}
-	}, runnertest.Options{
+	runnertest.Run(t, fixtureBackend, runnertest.Options{
 		Isolated:   true,
 		PATH:       "/usr/bin:/bin",
 		Isolation:  workflow.IsolationVM,
 		Setup:      func(t *testing.T) { fixture(t) },
 		EgressSpec: egressSpec,
+	})
+}
+
+// TestSessionConformance runs the shared session suite in real qemu
+// guests (TCG), over the virtio-serial session channel.
+func TestSessionConformance(t *testing.T) {
+	runnertest.RunSessions(t, fixtureBackend, runnertest.Options{
+		Isolated:  true,
+		PATH:      "/usr/bin:/bin",
+		Isolation: workflow.IsolationVM,
+		Setup:     func(t *testing.T) { fixture(t) },
 	})
 }
 
@@ -338,7 +367,7 @@ func TestHypervisorJailed(t *testing.T) {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() {
-		_, err := checked{t: t, b: b}.Run(ctx, s)
+		_, err := vmrunner.RunStep(ctx, checked{t: t, b: b}, s)
 		errc <- err
 	}()
 	select {
@@ -452,7 +481,7 @@ func TestHypervisorDiesBeforeStart(t *testing.T) {
 	s := runnertest.Options{Isolation: workflow.IsolationVM}.Spec(t, "dies", runnertest.Sh("true"))
 	s.Runner = fakeRunner(t, "echo 'qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69' >&2\nexit 134\n")
 	start := time.Now()
-	res, err := checked{t: t, b: b}.Run(context.Background(), s)
+	res, err := vmrunner.RunStep(context.Background(), checked{t: t, b: b}, s)
 	var se *StartError
 	if !errors.As(err, &se) {
 		t.Fatalf("Run = %+v, %v; want a StartError", res, err)
@@ -477,7 +506,7 @@ func TestGuestThatNeverStartsIsStopped(t *testing.T) {
 	s.Step.Resources.TimeoutMS = 10 * 60 * 1000
 	s.Runner = fakeRunner(t, "echo 'Booting the kernel.'\nexec sleep 600\n")
 	start := time.Now()
-	_, err := checked{t: t, b: b}.Run(context.Background(), s)
+	_, err := vmrunner.RunStep(context.Background(), checked{t: t, b: b}, s)
 	var se *StartError
 	if !errors.As(err, &se) || !strings.Contains(err.Error(), "did not start it within 2s") || !strings.Contains(err.Error(), "Booting the kernel.") {
 		t.Fatalf("Run error = %v; want a StartError after 2s with the console", err)

@@ -13,10 +13,11 @@ import (
 
 	"github.com/agentsandbox/agentsandbox/guest"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/workflow"
 	"golang.org/x/sys/unix"
 )
 
-// OpenTimeout bounds how long Open waits for a started jail's agent to
+// OpenTimeout bounds how long Open waits for a session job's agent to
 // answer on its session socket.
 const OpenTimeout = 10 * time.Second
 
@@ -24,16 +25,19 @@ const OpenTimeout = 10 * time.Second
 // result after SIGTERM before it kills the jail's cgroup.
 const StopGrace = guest.KillGrace + 3*time.Second
 
-// Session is a long-lived sandbox of the namespace backend (Open): the same
-// jail as a step's, whose agent runs commands on request (guest/session.go)
-// until Stop. All its methods are safe for concurrent use.
-type Session struct {
+// Sandbox is a step's open jail (Open). For a batch job its agent runs
+// the job and Wait waits for it with the host's deadline; for a session
+// job the agent runs commands on request (guest/session.go) until Stop.
+// All its methods are safe for concurrent use.
+type Sandbox struct {
 	spec vmrunner.StepSpec
 	j    *launched
+	res  vmrunner.StepResult // isolation, start and seccomp digest
 	// dir is the control directory the host created and sealed, opened
 	// O_PATH: the socket is reached beneath it, never through a path the
-	// job could have a say in. It is nil once the session is stopping;
-	// dirMu keeps it open while a dial uses its descriptor number.
+	// job could have a say in. It is nil once the session is stopping
+	// (and for a batch job); dirMu keeps it open while a dial uses its
+	// descriptor number.
 	dirMu   sync.RWMutex
 	dir     *os.File
 	initPID int // the agent, the only process that may answer
@@ -42,24 +46,23 @@ type Session struct {
 	stopErr  error
 }
 
-// Open starts a session: it creates the sandbox exactly as Run does (state
-// file, netns, cgroup, limits, seccomp, egress), starts the jail, and waits
-// until its agent answers a ping on the socket in the control directory.
-// spec.Job must be a session job (Session true, no command), and the
-// caller must have written it to the control directory as job.json, as
-// for Run. ctx bounds the opening only, not the session's life. On an
-// error nothing is left; otherwise the caller must call Stop, also after
-// Done is closed.
-func (b *Backend) Open(ctx context.Context, spec vmrunner.StepSpec) (_ *Session, err error) {
-	name := spec.Step.Name
+var _ vmrunner.Backend = (*Backend)(nil)
+
+// Open creates the step's sandbox (state file, netns, cgroup, limits,
+// seccomp, egress) and starts the jail on the job.json the caller wrote to
+// the control directory. A batch job runs at once (Wait). For a session
+// job (Session true, no command), Open waits until its agent answers a
+// ping on the socket in the control directory; ctx bounds the opening
+// only, not the session's life. On an error nothing is left; otherwise
+// the caller must call Stop, also after Done is closed.
+func (b *Backend) Open(ctx context.Context, spec vmrunner.StepSpec) (_ vmrunner.Sandbox, err error) {
+	s := &Sandbox{spec: spec}
+	s.res.Isolation, s.res.Started = workflow.IsolationNamespace, time.Now()
 	defer func() {
 		if err != nil {
-			err = fmt.Errorf("open a session for step %q in a namespace jail: %w", name, err)
+			err = s.wrap(err)
 		}
 	}()
-	if !spec.Job.Session {
-		return nil, errors.New("the job is not a session job: set Job.Session (and no command) and write it to job.json")
-	}
 	j, err := b.launch(ctx, spec)
 	if err != nil {
 		if j != nil {
@@ -67,8 +70,11 @@ func (b *Backend) Open(ctx context.Context, spec vmrunner.StepSpec) (_ *Session,
 		}
 		return nil, err
 	}
-	s := &Session{spec: spec, j: j, initPID: j.sb.Proc.Pid()}
-	fail := func(err error) (*Session, error) {
+	s.j, s.initPID, s.res.Seccomp = j, j.sb.Proc.Pid(), j.seccomp
+	if !spec.Job.Session {
+		return s, nil
+	}
+	fail := func(err error) (vmrunner.Sandbox, error) {
 		// Nothing to save: SIGTERM, then kill at once.
 		now, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -85,7 +91,31 @@ func (b *Backend) Open(ctx context.Context, spec vmrunner.StepSpec) (_ *Session,
 	return s, nil
 }
 
-// openControlDir opens the host's control directory, which prepareDirs has
+// wrap names the step and what was done with it in err.
+func (s *Sandbox) wrap(err error) error {
+	if s.spec.Job.Session {
+		return fmt.Errorf("open a session for step %q in a namespace jail: %w", s.spec.Step.Name, err)
+	}
+	return fmt.Errorf("run step %q in a namespace jail: %w", s.spec.Step.Name, err)
+}
+
+// Wait waits for the jail to end. A batch job's is waited for with the
+// host's deadline (the step's timeout plus HostGrace), and its result
+// classified (vmrunner.Classify); a session's ends at Stop or when its
+// agent exits.
+func (s *Sandbox) Wait(ctx context.Context) (vmrunner.StepResult, error) {
+	if s.spec.Job.Session {
+		return vmrunner.WaitSession(ctx, s, s.spec, s.spec.Step.Resources.Memory, jailWords, s.res)
+	}
+	res, err := wait(ctx, s.j.sb, s.spec, s.res)
+	res.Finished = time.Now()
+	if err != nil {
+		return res, s.wrap(err)
+	}
+	return res, nil
+}
+
+// openControlDir opens the host's control directory, which sandbox.PrepareDirs has
 // just made root-owned and 0700, without following a symlink.
 func openControlDir(path string) (*os.File, error) {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -106,7 +136,7 @@ func openControlDir(path string) (*os.File, error) {
 
 // waitReady pings the agent until it answers, the jail ends, ctx is done
 // or OpenTimeout passes.
-func (s *Session) waitReady(ctx context.Context) error {
+func (s *Sandbox) waitReady(ctx context.Context) error {
 	deadline := time.Now().Add(OpenTimeout)
 	pause := time.Millisecond
 	var last error
@@ -130,7 +160,7 @@ func (s *Session) waitReady(ctx context.Context) error {
 }
 
 // agentError is what the agent's result.json says, if it wrote one.
-func (s *Session) agentError() string {
+func (s *Sandbox) agentError() string {
 	res, ok, err := vmrunner.ReadResult(s.spec.ControlDir)
 	switch {
 	case err != nil:
@@ -143,7 +173,7 @@ func (s *Session) agentError() string {
 	return "the agent stopped without an error"
 }
 
-func (s *Session) ping() error {
+func (s *Sandbox) ping() error {
 	c, err := s.dial()
 	if err != nil {
 		return err
@@ -165,7 +195,7 @@ func (s *Session) ping() error {
 
 // dial connects to the agent's socket beneath the control directory and
 // checks that the jail's init, and no other process, listens on it.
-func (s *Session) dial() (*net.UnixConn, error) {
+func (s *Sandbox) dial() (*net.UnixConn, error) {
 	s.dirMu.RLock()
 	if s.dir == nil {
 		s.dirMu.RUnlock()
@@ -185,33 +215,37 @@ func (s *Session) dial() (*net.UnixConn, error) {
 }
 
 // Done is closed when the jail has ended, by itself or by Stop.
-func (s *Session) Done() <-chan struct{} { return s.j.sb.Proc.Done() }
+func (s *Sandbox) Done() <-chan struct{} { return s.j.sb.Proc.Done() }
 
-// Seccomp is the digest of the seccomp filter the session's commands run
-// under ("sha256:<hex>"), for the record, as StepResult.Seccomp.
-func (s *Session) Seccomp() string { return s.j.seccomp }
+// Seccomp is the digest of the seccomp filter the sandbox's commands run
+// under ("sha256:<hex>"), as StepResult.Seccomp.
+func (s *Sandbox) Seccomp() string { return s.j.seccomp }
 
 // Usage is what the sandbox's cgroup has measured so far.
-func (s *Session) Usage() (vmrunner.Usage, error) { return s.j.sb.Cgroup.Usage() }
+func (s *Sandbox) Usage() (vmrunner.Usage, error) { return s.j.sb.Cgroup.Usage() }
 
-// Stop ends the session: SIGTERM to the agent, which kills its commands
-// and writes result.json; after StopGrace (or at once when ctx is done)
-// the jail's cgroup is killed. Then everything Run would remove is
-// removed: the egress room, the cgroup, the netns, the jail's root mount
-// point and the state file. Stop after the jail ended by itself only
-// cleans up; a second Stop returns the first's error.
-func (s *Session) Stop(ctx context.Context) error {
+// Stop ends the sandbox: SIGTERM to the agent, which kills its commands
+// (a batch job's too) and writes result.json; after StopGrace (or at once
+// when ctx is done) the jail's cgroup is killed. Then everything Open
+// created is removed: the egress room, the cgroup, the netns, the jail's
+// root mount point and the state file. Stop after the jail ended (a batch
+// job after Wait) only cleans up; a second Stop returns the first's error.
+func (s *Sandbox) Stop(ctx context.Context) error {
 	s.stopOnce.Do(func() {
 		err := s.teardown(ctx)
 		if err != nil {
-			err = fmt.Errorf("stop the session of step %q: %w", s.spec.Step.Name, err)
+			if s.spec.Job.Session {
+				err = fmt.Errorf("stop the session of step %q: %w", s.spec.Step.Name, err)
+			} else {
+				err = s.wrap(err)
+			}
 		}
 		s.stopErr = err
 	})
 	return s.stopErr
 }
 
-func (s *Session) teardown(ctx context.Context) error {
+func (s *Sandbox) teardown(ctx context.Context) error {
 	select {
 	case <-s.Done():
 	default:
@@ -241,7 +275,12 @@ func (s *Session) teardown(ctx context.Context) error {
 // command's events arrive on Events: "started" or "error", then output,
 // then "exit". When ctx is done before the exit, the connection is closed
 // and the agent kills the command's process group; Close does the same.
-func (s *Session) Exec(ctx context.Context, q guest.SessionRequest) (*Exec, error) {
+// A batch job's sandbox has no session to exec in (vmrunner.ErrBatchExec).
+func (s *Sandbox) Exec(ctx context.Context, q guest.SessionRequest) (vmrunner.Exec, error) {
+	if !s.spec.Job.Session {
+		return nil, fmt.Errorf("exec in step %q: %w", s.spec.Step.Name, vmrunner.ErrBatchExec)
+	}
+	// StartExec checks the request, for every backend.
 	c, err := s.dial()
 	if err != nil {
 		return nil, fmt.Errorf("exec in session %q: %w", s.spec.Step.Name, err)

@@ -1,4 +1,4 @@
-package vmrunner
+package engine
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -25,7 +26,7 @@ func TestScheduleOrderAndParallelism(t *testing.T) {
 	var mu sync.Mutex
 	finished := map[string]bool{}
 	var live, peak int32
-	out, err := Schedule(context.Background(), w, 2, func(ctx context.Context, s workflow.Step) (StepResult, error) {
+	out, err := schedule(context.Background(), w, 2, func(ctx context.Context, s workflow.Step) (vmrunner.StepResult, error) {
 		n := atomic.AddInt32(&live, 1)
 		for {
 			p := atomic.LoadInt32(&peak)
@@ -45,7 +46,7 @@ func TestScheduleOrderAndParallelism(t *testing.T) {
 		finished[s.Name] = true
 		mu.Unlock()
 		atomic.AddInt32(&live, -1)
-		return StepResult{Status: StatusSucceeded}, nil
+		return vmrunner.StepResult{Status: vmrunner.StatusSucceeded}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +58,7 @@ func TestScheduleOrderAndParallelism(t *testing.T) {
 		t.Errorf("never ran two independent steps at once (peak %d)", peak)
 	}
 	for _, o := range out {
-		if !o.Ran || o.Result.Status != StatusSucceeded {
+		if !o.Ran || o.Result.Status != vmrunner.StatusSucceeded {
 			t.Errorf("%s: %+v", o.Step, o)
 		}
 	}
@@ -65,11 +66,11 @@ func TestScheduleOrderAndParallelism(t *testing.T) {
 
 func TestScheduleSkipsDependentsOfFailure(t *testing.T) {
 	w := dag(map[string][]string{"b": {"a"}, "c": {"b"}}, "a", "b", "c", "d")
-	out, err := Schedule(context.Background(), w, 1, func(ctx context.Context, s workflow.Step) (StepResult, error) {
+	out, err := schedule(context.Background(), w, 1, func(ctx context.Context, s workflow.Step) (vmrunner.StepResult, error) {
 		if s.Name == "a" {
-			return StepResult{Status: StatusFailed}, nil
+			return vmrunner.StepResult{Status: vmrunner.StatusFailed}, nil
 		}
-		return StepResult{Status: StatusSucceeded}, nil
+		return vmrunner.StepResult{Status: vmrunner.StatusSucceeded}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -89,9 +90,9 @@ func TestScheduleStopsOnInfrastructureError(t *testing.T) {
 	boom := errors.New("boom")
 	w := dag(nil, "a", "b", "c")
 	var started int32
-	out, err := Schedule(context.Background(), w, 1, func(ctx context.Context, s workflow.Step) (StepResult, error) {
+	out, err := schedule(context.Background(), w, 1, func(ctx context.Context, s workflow.Step) (vmrunner.StepResult, error) {
 		atomic.AddInt32(&started, 1)
-		return StepResult{}, boom
+		return vmrunner.StepResult{}, boom
 	})
 	if !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want boom", err)
@@ -107,10 +108,10 @@ func TestScheduleStopsOnInfrastructureError(t *testing.T) {
 func TestScheduleCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := dag(map[string][]string{"b": {"a"}}, "a", "b")
-	out, err := Schedule(ctx, w, 1, func(ctx context.Context, s workflow.Step) (StepResult, error) {
+	out, err := schedule(ctx, w, 1, func(ctx context.Context, s workflow.Step) (vmrunner.StepResult, error) {
 		cancel()
 		<-ctx.Done()
-		return StepResult{}, ctx.Err()
+		return vmrunner.StepResult{}, ctx.Err()
 	})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)

@@ -1,4 +1,4 @@
-package vmrunner
+package engine
 
 import (
 	"context"
@@ -7,29 +7,30 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
-// StepFunc runs one step to completion. It returns an error only for an
+// stepFunc runs one step to completion. It returns an error only for an
 // infrastructure failure, which stops the whole run.
-type StepFunc func(ctx context.Context, step workflow.Step) (StepResult, error)
+type stepFunc func(ctx context.Context, step workflow.Step) (vmrunner.StepResult, error)
 
 // Outcome is what became of one step in a scheduled run.
 type Outcome struct {
 	Step    string
-	Ran     bool       // false when skipped because a step it needs did not succeed, or the run stopped
-	Skipped string     // why it did not run
-	Result  StepResult // valid when Ran
+	Ran     bool                // false when skipped because a step it needs did not succeed, or the run stopped
+	Skipped string              // why it did not run
+	Result  vmrunner.StepResult // valid when Ran
 }
 
-// Schedule runs the workflow's steps in DAG order, at most jobs at a time
+// schedule runs the workflow's steps in DAG order, at most jobs at a time
 // (jobs < 1 means 1). A step runs once every step it needs has succeeded; a
 // step whose need failed is skipped, while independent branches go on. The
 // first infrastructure error (or ctx's cancellation) stops new steps from
 // starting, waits for the running ones, and is returned.
 //
 // Outcomes come back in the workflow's step order.
-func Schedule(ctx context.Context, w *workflow.Workflow, jobs int, run StepFunc) ([]Outcome, error) {
+func schedule(ctx context.Context, w *workflow.Workflow, jobs int, run stepFunc) ([]Outcome, error) {
 	if jobs < 1 {
 		jobs = 1
 	}
@@ -111,7 +112,7 @@ func Schedule(ctx context.Context, w *workflow.Workflow, jobs int, run StepFunc)
 						firstErr = fmt.Errorf("step %q: %w", w.Steps[i].Name, err)
 						cancel()
 					}
-				} else if res.Status != StatusSucceeded {
+				} else if res.Status != vmrunner.StatusSucceeded {
 					failed[i] = true
 				}
 				mu.Unlock()
