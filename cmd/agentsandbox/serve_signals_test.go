@@ -286,17 +286,25 @@ func TestServeLimits(t *testing.T) {
 
 	// One run holds the one place; then a request that does not parse
 	// is refused with the limit, not with its parse error.
-	slow, _ := json.Marshal(map[string]string{"inline": "apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: slow\nsteps:\n  - name: wait\n    isolation: namespace\n    run: sleep 8\n"})
+	// The slow run holds its place for 20 s; until it is admitted a
+	// malformed run gets its parse error, and once the slow run ended
+	// without a 429 seen the test says so instead of waiting on.
+	slow, _ := json.Marshal(map[string]string{"inline": "apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: slow\nsteps:\n  - name: wait\n    isolation: namespace\n    run: sleep 20\n"})
 	done := make(chan string, 1)
 	go func() {
 		code, body := serveCall(t, c, "POST", "/v1/runs", string(slow))
 		done <- fmt.Sprintf("%d %s", code, body)
 	}()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		code, body := serveCall(t, c, "POST", "/v1/runs", `{"inline": "steps: [unclosed"}`)
 		if code == 429 && strings.Contains(body, "already runs 1 workflows") {
 			break
+		}
+		select {
+		case got := <-done:
+			t.Fatalf("the slow run ended (%s) before a malformed run was refused with the limit; the last answer: %d %s", got, code, body)
+		default:
 		}
 		if code != 400 || time.Now().After(deadline) {
 			t.Fatalf("a malformed run while another runs: %d %s, want 429 limit_exceeded", code, body)

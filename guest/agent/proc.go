@@ -15,11 +15,17 @@ import (
 	"github.com/agentsandbox/agentsandbox/guest"
 )
 
-// drainTimeout bounds how long a command's output is still read after it
-// ended. Its process group is killed then, so only a process that left the
+// After a command ended, its output is read on while it still comes: until
+// the pipes reach their end, or no byte arrived for drainIdle, or drainMax
+// passed. Its process group is killed then, so only a process that left the
 // group (setsid) can still hold the pipes open, and the end must not wait
-// for it.
-const drainTimeout = 500 * time.Millisecond
+// for it; but what the command itself wrote before it ended is still in
+// the pipes, and on a slow guest (a VM under TCG) reading it out can take
+// longer than any fixed bound: so the bound is on silence, not on time.
+const (
+	drainIdle = 500 * time.Millisecond
+	drainMax  = 5 * time.Second
+)
 
 // procIO says where a command's streams come from and go to.
 type procIO struct {
@@ -27,7 +33,7 @@ type procIO struct {
 	// proc.stdin; otherwise the command reads /dev/null.
 	Stdin bool
 	// Stdout and Stderr each read one stream until it ends (end of file,
-	// or the read end closed drainTimeout after the command ended), in a
+	// or the read end closed once drain gives up), in a
 	// goroutine of their own. Their error (a log that could not be
 	// written) is the end's OutputErr.
 	Stdout, Stderr func(r io.Reader) error
@@ -49,6 +55,21 @@ type proc struct {
 	sinks      [2]func(io.Reader) error // started by wait
 	copiers    sync.WaitGroup
 	outErrs    [2]error
+	lastRead   atomic.Int64 // when output last arrived, in UnixNano
+}
+
+// readNoting is a pipe's read end that notes when bytes last came.
+type readNoting struct {
+	r    io.Reader
+	last *atomic.Int64
+}
+
+func (n readNoting) Read(b []byte) (int, error) {
+	k, err := n.r.Read(b)
+	if k > 0 {
+		n.last.Store(time.Now().UnixNano())
+	}
+	return k, err
 }
 
 // procEnd is how a command ended, in the terms of a Result and of a
@@ -149,12 +170,34 @@ func (p *proc) terminate() <-chan time.Time {
 	return time.After(guest.KillGrace)
 }
 
+// drain waits until drained closes, or the output was silent for drainIdle
+// (a process outside the group holds the pipes and writes nothing), or
+// drainMax passed since the end (it keeps writing).
+func (p *proc) drain(drained <-chan struct{}, ended time.Time) {
+	tick := time.NewTicker(drainIdle / 5)
+	defer tick.Stop()
+	p.lastRead.CompareAndSwap(0, ended.UnixNano())
+	for {
+		select {
+		case <-drained:
+			return
+		case now := <-tick.C:
+			last := time.Unix(0, p.lastRead.Load())
+			if last.Before(ended) {
+				last = ended
+			}
+			if now.Sub(last) >= drainIdle || now.Sub(ended) >= drainMax {
+				return
+			}
+		}
+	}
+}
+
 // wait runs the command to its end. At job.TimeoutMS (when positive), and
 // when ctx is done, its process group gets SIGTERM, then SIGKILL
 // guest.KillGrace later; when abort closes (the host went away), SIGKILL at
 // once. Once its main process has exited, the rest of its group is killed,
-// its output is read for at most drainTimeout more and the pipes are
-// closed.
+// its output is read on while it comes (drain) and the pipes are closed.
 func (p *proc) wait(ctx context.Context, abort <-chan struct{}) procEnd {
 	end := procEnd{Started: p.started, ExitCode: -1}
 	// The output is read from here on, so that a session's "started"
@@ -163,7 +206,7 @@ func (p *proc) wait(ctx context.Context, abort <-chan struct{}) procEnd {
 	for i, r := range []*os.File{p.outR, p.errR} {
 		go func() {
 			defer p.copiers.Done()
-			p.outErrs[i] = p.sinks[i](r)
+			p.outErrs[i] = p.sinks[i](readNoting{r: r, last: &p.lastRead})
 		}()
 	}
 	var timeout <-chan time.Time
@@ -207,13 +250,7 @@ wait:
 
 	drained := make(chan struct{})
 	go func() { p.copiers.Wait(); close(drained) }()
-	t := time.NewTimer(drainTimeout)
-	select {
-	case <-drained:
-	case <-t.C:
-		// A process outside the group holds the pipes: stop reading.
-	}
-	t.Stop()
+	p.drain(drained, end.Finished)
 	p.outR.Close()
 	p.errR.Close()
 	<-drained

@@ -111,8 +111,20 @@ func TestLeftGroupDoesNotHoldEnd(t *testing.T) {
 		if r.exitCode != 5 {
 			t.Errorf("%s: %+v, want exit 5", r.how, r)
 		}
-		if r.took < drainTimeout || r.took > drainTimeout+2*time.Second {
-			t.Errorf("%s: took %v, want the drain bound of %v and little more", r.how, r.took, drainTimeout)
+		if r.took < drainIdle || r.took > drainIdle+2*time.Second {
+			t.Errorf("%s: took %v, want the drain's silence bound of %v and little more", r.how, r.took, drainIdle)
+		}
+	}
+}
+
+// TestLeftGroupWritingDoesNotHoldEnd: a process that left the group and
+// keeps writing to the pipes holds the end for drainMax at most.
+func TestLeftGroupWritingDoesNotHoldEnd(t *testing.T) {
+	for _, r := range runBoth(t, 0, "sh", "-c", "setsid sh -c 'echo $$; while :; do echo more; sleep 0.1; done' & sleep 0.2; exit 0") {
+		child := firstPID(t, r)
+		syscall.Kill(child, syscall.SIGKILL)
+		if r.took < drainMax || r.took > drainMax+3*time.Second {
+			t.Errorf("%s: took %v, want the drain's bound of %v and little more", r.how, r.took, drainMax)
 		}
 	}
 }
