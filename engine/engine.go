@@ -24,7 +24,15 @@
 //
 // Progress comes through the Options.Events callback (phases, warnings,
 // the decision, each step's start, console lines and end); the outcome is
-// the returned *Result, whenever a record was written. Cancelling ctx
+// the returned *Result, whenever a record was written.
+//
+// The engine orchestrates and owns no host resource: what a step holds on
+// the host (state files, netns, egress room, cgroup, jail or VM, workspace
+// filesystem and quota, directories) belongs to vmrunner/sandbox, which
+// releases it in one teardown order; the engine says when a workspace is
+// mounted (stage) and released (once the step's outputs are stored).
+//
+// Cancelling ctx
 // stops the run: the steps are stopped, everything the run created is
 // removed, and a record of what it did is still written. Tests drive Run
 // with internal/fakebackend.
