@@ -47,7 +47,8 @@
 //     profile), vmrunner/cgroup (quotas), vmrunner/wsquota (each
 //     workspace's own size-limited filesystem), vmrunner/hoststate (the
 //     names, state files and gc of what steps leave on the host, for both
-//     backends), vmrunner/sandbox (a step's host lifecycle), and the
+//     backends), vmrunner/sandbox (a step's host lifecycle: the one owner of
+//     everything a step holds on the host, its workspace filesystem too), and the
 //     backends vmrunner/namespace and vmrunner/vm (which also probes KVM).
 //   - netns: the network room: network namespaces, veth/tap, tc, the
 //     step's nftables; netns/egress/dns, netns/egress/proxy and

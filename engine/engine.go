@@ -24,7 +24,15 @@
 //
 // Progress comes through the Options.Events callback (phases, warnings,
 // the decision, each step's start, console lines and end); the outcome is
-// the returned *Result, whenever a record was written. Cancelling ctx
+// the returned *Result, whenever a record was written.
+//
+// The engine orchestrates and owns no host resource: what a step holds on
+// the host (state files, netns, egress room, cgroup, jail or VM, workspace
+// filesystem and quota, directories) belongs to vmrunner/sandbox, which
+// releases it in one teardown order; the engine says when a workspace is
+// mounted (stage) and released (once the step's outputs are stored).
+//
+// Cancelling ctx
 // stops the run: the steps are stopped, everything the run created is
 // removed, and a record of what it did is still written. Tests drive Run
 // with internal/fakebackend.
@@ -54,6 +62,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
+	"github.com/agentsandbox/agentsandbox/vmrunner/sandbox"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -154,13 +163,13 @@ func Run(ctx context.Context, w *workflow.Workflow, o Options) (*Result, error) 
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
-	quotas := newQuotas(o.HostStateDir, runID, runDir)
-	defer quotas.removeRunDir(runDir)
+	workspaces := sandbox.NewWorkspaces(o.HostStateDir, runID, runDir)
+	defer workspaces.RemoveRunDir()
 	if err := hoststate.WriteOwner(runDir, runID); err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
 
-	r := &run{o: o, w: w, emit: emit, runID: runID, runDir: runDir, steps: steps, decision: decision, quotas: quotas,
+	r := &run{o: o, w: w, emit: emit, runID: runID, runDir: runDir, steps: steps, decision: decision, workspaces: workspaces,
 		realised: map[string]Realised{}, inputDirs: map[string]string{}}
 	rec := &record.Record{
 		Version:     record.Version,
@@ -251,7 +260,9 @@ type run struct {
 	inputDirs map[string]string // input name → host path of its content
 	inputs    map[string]record.Input
 	records   map[string]*record.Step
-	quotas    *quotas // the workspaces' filesystems (quota.go)
+	// workspaces are the steps' workspace filesystems, which the sandbox
+	// package owns; the engine says when each is mounted and released.
+	workspaces *sandbox.Workspaces
 }
 
 // pinWorkflow stores the workflow file's bytes and fills rec.Workflow.
@@ -373,7 +384,7 @@ func (r *run) runStep(ctx context.Context, step workflow.Step) (vmrunner.StepRes
 	}
 	// Its outputs are in the store now: the workspace's filesystem can go.
 	// A failure here is the host's, and the run's end tries again.
-	if err := r.quotas.releaseStep(step.Name); err != nil {
+	if err := r.workspaces.Release(step.Name); err != nil {
 		r.emit(Event{Time: time.Now(), Kind: EventWarning, Step: step.Name, Line: err.Error()})
 	}
 	r.mu.Lock()

@@ -18,6 +18,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
+	"github.com/agentsandbox/agentsandbox/vmrunner/sandbox"
 	"github.com/agentsandbox/agentsandbox/vmrunner/wsquota"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
@@ -153,8 +154,8 @@ func TestQuotaChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qs := newQuotas(stateDir, "killed", runDir)
-	if err := qs.mount(context.Background(), workflow.Step{Name: "s", Resources: workflow.Resources{Disk: 8 << 20}}, dirs.Workspace); err != nil {
+	ws := sandbox.NewWorkspaces(stateDir, "killed", runDir)
+	if err := ws.Mount(context.Background(), workflow.Step{Name: "s", Resources: workflow.Resources{Disk: 8 << 20}}, dirs.Workspace); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Println("mounted")

@@ -17,6 +17,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/vmrunner"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
+	"github.com/agentsandbox/agentsandbox/vmrunner/sandbox"
 	"github.com/agentsandbox/agentsandbox/workflow"
 )
 
@@ -77,11 +78,11 @@ func OpenSandbox(ctx context.Context, w *workflow.Workflow, id string, o Options
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create sandbox directory: %w", err)
 	}
-	quotas := newQuotas(o.HostStateDir, id, runDir)
+	workspaces := sandbox.NewWorkspaces(o.HostStateDir, id, runDir)
 	if err := hoststate.WriteOwner(runDir, id); err != nil {
-		return nil, errors.Join(fmt.Errorf("create sandbox directory: %w", err), quotas.removeRunDir(runDir))
+		return nil, errors.Join(fmt.Errorf("create sandbox directory: %w", err), workspaces.RemoveRunDir())
 	}
-	r := &run{o: o, w: w, emit: emit, runID: id, runDir: runDir, steps: plan.Steps, decision: decision, quotas: quotas,
+	r := &run{o: o, w: w, emit: emit, runID: id, runDir: runDir, steps: plan.Steps, decision: decision, workspaces: workspaces,
 		realised: map[string]Realised{}, inputDirs: map[string]string{}}
 	rec := &record.Record{
 		Version: record.Version, ToolVersion: o.ToolVersion, Host: o.Host.Record(),
@@ -314,5 +315,5 @@ func (sb *Sandbox) Discard(ctx context.Context) error {
 
 // release unmounts the workspace and removes the sandbox's directories.
 func (sb *Sandbox) release() error {
-	return sb.run.quotas.removeRunDir(sb.run.runDir)
+	return sb.run.workspaces.RemoveRunDir()
 }

@@ -42,7 +42,7 @@ func (r *run) stage(ctx context.Context, step workflow.Step, session bool) (*sta
 	if err != nil {
 		return nil, err
 	}
-	if err := r.quotas.mount(ctx, step, dirs.Workspace); err != nil {
+	if err := r.workspaces.Mount(ctx, step, dirs.Workspace); err != nil {
 		return nil, err
 	}
 	byName := map[string]workflow.Step{}

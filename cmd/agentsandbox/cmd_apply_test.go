@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
-	"github.com/agentsandbox/agentsandbox/netns"
-	"github.com/agentsandbox/agentsandbox/vmrunner/cgroup"
 	"github.com/agentsandbox/agentsandbox/vmrunner/hoststate"
 )
 
@@ -156,34 +154,6 @@ func runningRunID(t *testing.T, state string) string {
 		t.Fatalf("run directories while the step runs: %v, want one (else the checks after it prove nothing)", runs)
 	}
 	return runs[0].Name()
-}
-
-// assertStepLeftNothing checks that the step named step of the run run,
-// an apply that used the state directory state, left no network
-// namespace, cgroup, mount under the state directory or run directory.
-// Other tests, of this package or of another test suite on the same
-// host, may run at the same time: it looks for this run's names only
-// (hoststate.NetnsName, hoststate.CgroupPath).
-func assertStepLeftNothing(t *testing.T, run, step, state string) {
-	t.Helper()
-	nss, _ := netns.List(netns.Prefix)
-	for _, n := range nss {
-		if n == hoststate.NetnsName(run, step) {
-			t.Errorf("network namespace left: %s", n)
-		}
-	}
-	cgs, _ := cgroup.List("/agentsandbox")
-	for _, c := range cgs {
-		if c == hoststate.CgroupPath(run, step) {
-			t.Errorf("cgroup left: %s", c)
-		}
-	}
-	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), state) {
-		t.Errorf("mounts left under the state directory:\n%s", mounts)
-	}
-	if runs, _ := os.ReadDir(filepath.Join(state, "runs")); len(runs) != 0 {
-		t.Errorf("run directories left: %v", runs)
-	}
 }
 
 // stepProcesses lists processes whose command starts with comm and whose

@@ -44,7 +44,7 @@ func quotaSpec(t *testing.T, name, script string, disk int64) vmrunner.StepSpec 
 	spec := suiteOpts.Spec(t, name, runnertest.Sh(script))
 	spec.Step.Resources.Disk = disk
 	q, err := wsquota.Mount(context.Background(), wsquota.Spec{
-		Image: filepath.Join(t.TempDir(), engine.ImageFile), Dir: spec.Workspace, Bytes: disk,
+		Image: filepath.Join(t.TempDir(), hoststate.WorkspaceImage), Dir: spec.Workspace, Bytes: disk,
 		UID: spec.Job.UID, GID: spec.Job.GID,
 	})
 	if err != nil {

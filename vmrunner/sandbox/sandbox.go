@@ -1,8 +1,11 @@
-// Package sandbox holds what one step owns on the host — its state file,
-// network namespace, cgroup and jail process, and how its control
-// directory and workspace are handed to the jail (PrepareDirs) — creates them in order with
-// each recorded in the state file first, and removes them in reverse order
-// on every path. Both isolation backends (vmrunner/namespace and
+// Package sandbox owns everything one step holds on the host — its state
+// file, network namespace (the room its egress opens in), cgroup and jail
+// process, how its control directory and workspace are handed to the jail
+// (PrepareDirs), and its workspace filesystem and quota (Workspaces) —
+// creates them in order with each recorded in a state file first, and
+// removes them in reverse order on every path. docs/isolation.md ("Who
+// owns what on the host") lists every resource with its creator and its
+// release. Both isolation backends (vmrunner/namespace and
 // vmrunner/vm) run their steps through it and keep only what differs: the
 // namespace backend's job setup, the vm backend's working directory, taps
 // and QMP shutdown.
@@ -21,6 +24,17 @@
 // netns, runs the removals registered with Mkdir and OnCleanup (last first)
 // and, only when all of that worked, removes the state file; otherwise the
 // state file stays for `agentsandbox gc`.
+//
+// The workspace filesystem outlives the jail: the engine mounts it while
+// it stages the step (inputs are placed into it, counted by its quota,
+// before the backend opens the sandbox) and releases it once the step's
+// outputs are stored, through the run's Workspaces:
+//
+//	ws := sandbox.NewWorkspaces(stateDir, runID, runDir) // root: quotas; else plain directories
+//	defer ws.RemoveRunDir()                               // what is left, then the run directory
+//	ws.Mount(ctx, step, workspace)                        // state file, loop device, mount
+//	... the backend's Open, Wait, Stop and Cleanup; outputs stored ...
+//	ws.Release(step.Name)                                 // unmount, detach, image, state file
 //
 // The sandbox asks the host for its parts through small interfaces (Netns,
 // Cgroup, Process) and waits on an injected clock. The real network
