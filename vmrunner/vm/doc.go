@@ -44,8 +44,9 @@
 // The files divide the backend by what each part of a step's VM is about:
 //
 //   - vm.go: the Backend, its Options and their defaults.
-//   - session.go: the Sandbox Open returns (Wait, Exec, Usage, Done, Stop)
-//     and the session channel (connect, ping).
+//   - sandbox.go: the Sandbox Open returns (Wait, Exec, Usage, Done, Stop).
+//   - session.go: a session job's channel (the runner check, the dial, the
+//     agent's ping) and Exec, one command's stream of it.
 //   - launch.go: the start of a VM (checks, the sandbox with its taps, the
 //     working directory and share links, job.json for the hypervisor, the
 //     runner started in its jail) and cleanup, which undoes it.

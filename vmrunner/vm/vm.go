@@ -1,5 +1,5 @@
 // vm.go holds the backend itself: its Options with their defaults, New,
-// and the Backend whose Open (session.go) runs each step in a microVM.
+// and the Backend whose Open (sandbox.go) runs each step in a microVM.
 
 package vm
 
@@ -52,6 +52,8 @@ type Options struct {
 	// when VMs run under software emulation; nil prints it to stderr.
 	Warn func(line string)
 }
+
+var _ vmrunner.Backend = (*Backend)(nil)
 
 // Backend runs steps in microVMs. It is safe for concurrent Runs of
 // distinct steps.
