@@ -46,7 +46,7 @@
 //   - vm.go: the Backend, its Options and their defaults.
 //   - sandbox.go: the Sandbox Open returns (Wait, Exec, Usage, Done, Stop).
 //   - session.go: a session job's channel (the runner check, the dial, the
-//     agent's ping) and Exec, one command's stream of it.
+//     agent's ping).
 //   - launch.go: the start of a VM (checks, the sandbox with its taps, the
 //     working directory and share links, job.json for the hypervisor, the
 //     runner started in its jail) and cleanup, which undoes it.

@@ -1,6 +1,6 @@
 // session.go holds a session job's channel: the runner check, the dial
 // of qemu's virtio-serial socket beneath the VM's working directory, the
-// agent's ping, and Exec, one command's stream of the channel.
+// agent's ping.
 
 package vm
 
@@ -132,8 +132,3 @@ func (s *Sandbox) ping(ctx context.Context, wait time.Duration) error {
 	}
 	return nil
 }
-
-// Exec is one command of a VM session: one connection of the session
-// protocol over its own guest/mux stream of the VM's session channel
-// (vmrunner.ConnExec, which the namespace backend's sessions use too).
-type Exec = vmrunner.ConnExec
