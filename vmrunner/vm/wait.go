@@ -21,15 +21,14 @@ import (
 	"github.com/agentsandbox/agentsandbox/vmrunner/sandbox"
 )
 
-// job is the spec's job as the host's deadline reads it: with the step's
-// timeout when the job has none. The engine's job.json already has it (the
+// jobTimeoutMS is the job's timeout, the one the agent enforces: the
+// job's own, else the step's. The engine's job.json already has it (the
 // guest agent reads that file, which no backend rewrites).
-func job(spec vmrunner.StepSpec) guest.Job {
-	j := spec.Job
-	if j.TimeoutMS == 0 {
-		j.TimeoutMS = spec.Step.Resources.TimeoutMS
+func jobTimeoutMS(spec vmrunner.StepSpec) int64 {
+	if ms := spec.Job.TimeoutMS; ms != 0 {
+		return ms
 	}
-	return j
+	return spec.Step.Resources.TimeoutMS
 }
 
 // errNotStarted cancels the wait when the start bound passes.
@@ -73,7 +72,7 @@ func (b *Backend) wait(ctx context.Context, r *run, ri RunnerInfo, spec vmrunner
 	res.Status, res.Detail = vmrunner.Classify(vmrunner.Facts{
 		Result: result, HasResult: hasResult, ResultErr: rerr,
 		Usage: usage, MemoryLimit: hypervisorMemory(spec.Step.Resources),
-		TimeoutMS: job(spec).TimeoutMS, HostTimeout: hostTimeout,
+		TimeoutMS: jobTimeoutMS(spec), HostTimeout: hostTimeout,
 		Panicked: panicked,
 		Exit:     x.Err,
 		Words:    b.words(spec),
