@@ -130,17 +130,20 @@ func probePayload() []byte {
 	return b
 }
 
-// probeArgs is the probe's qemu command line for accel and target with the
-// payload in bios.
-func probeArgs(qemu, accel string, t Target, bios string) []string {
-	argv := []string{qemu,
-		"-M", t.machine(),
-		"-accel", accel,
-	}
+// targetArgs starts both probes' qemu command lines: qemu under accel
+// with t's machine and, when it names one, CPU model.
+func targetArgs(qemu, accel string, t Target) []string {
+	argv := []string{qemu, "-M", t.machine(), "-accel", accel}
 	if t.CPU != "" {
 		argv = append(argv, "-cpu", t.CPU)
 	}
-	return append(argv,
+	return argv
+}
+
+// probeArgs is the probe's qemu command line for accel and target with the
+// payload in bios.
+func probeArgs(qemu, accel string, t Target, bios string) []string {
+	return append(targetArgs(qemu, accel, t),
 		"-m", "16",
 		"-nodefaults", "-no-user-config", "-display", "none",
 		"-bios", bios,
@@ -215,11 +218,7 @@ func (p Prober) probe(ctx context.Context, t Target) vmrunner.KVMAnswer {
 // network, and no reboot, so that the kernel's panic at mounting its root
 // ends qemu.
 func kernelArgs(qemu string, t Target) []string {
-	argv := []string{qemu, "-M", t.machine(), "-accel", "kvm"}
-	if t.CPU != "" {
-		argv = append(argv, "-cpu", t.CPU)
-	}
-	return append(argv,
+	return append(targetArgs(qemu, "kvm", t),
 		"-m", "256", "-smp", "1",
 		"-nodefaults", "-no-user-config", "-display", "none",
 		"-serial", "stdio", "-no-reboot",
@@ -232,12 +231,9 @@ func kernelArgs(qemu string, t Target) []string {
 // answers usable when Linux itself ran ("Linux version" on its console)
 // and qemu ended on its own before KernelProbeTimeout.
 func (p Prober) bootKernel(ctx context.Context, t Target) vmrunner.KVMAnswer {
-	qemu := p.Qemu
-	if qemu == "" {
-		var err error
-		if qemu, err = exec.LookPath("qemu-system-x86_64"); err != nil {
-			return vmrunner.KVMAnswer{Reason: "qemu-system-x86_64 not found (apt-get install qemu-system-x86)"}
-		}
+	qemu, err := p.qemu()
+	if err != nil {
+		return vmrunner.KVMAnswer{Reason: err.Error()}
 	}
 	timeout := p.KernelTimeout
 	if timeout == 0 {
@@ -249,7 +245,7 @@ func (p Prober) bootKernel(ctx context.Context, t Target) vmrunner.KVMAnswer {
 	out := &boundedBuffer{max: 64 << 10}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = out, out
-	err := cmd.Run()
+	err = cmd.Run()
 	return kernelVerdict(t, timeout, ctx.Err() == context.DeadlineExceeded, err, out.String())
 }
 
@@ -292,13 +288,23 @@ func (b *boundedBuffer) Write(p []byte) (int, error) {
 
 func (b *boundedBuffer) String() string { return b.buf.String() }
 
+// qemu is the qemu both probes run: Prober.Qemu, else qemu-system-x86_64
+// from PATH.
+func (p Prober) qemu() (string, error) {
+	if p.Qemu != "" {
+		return p.Qemu, nil
+	}
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return "", errors.New("qemu-system-x86_64 not found (apt-get install qemu-system-x86)")
+	}
+	return qemu, nil
+}
+
 func (p Prober) run(ctx context.Context, accel string, t Target) vmrunner.KVMAnswer {
-	qemu := p.Qemu
-	if qemu == "" {
-		var err error
-		if qemu, err = exec.LookPath("qemu-system-x86_64"); err != nil {
-			return vmrunner.KVMAnswer{Reason: "qemu-system-x86_64 not found (apt-get install qemu-system-x86)"}
-		}
+	qemu, err := p.qemu()
+	if err != nil {
+		return vmrunner.KVMAnswer{Reason: err.Error()}
 	}
 	timeout := p.Timeout
 	if timeout == 0 {

@@ -235,7 +235,7 @@ func BenchmarkSessionExec(b *testing.B) {
 			x.Close()
 			ds = append(ds, time.Since(start))
 			if !exit {
-				b.Fatalf("no exit 0: %v", x.(*Exec).Err())
+				b.Fatalf("no exit 0: %v", x.(*vmrunner.ConnExec).Err())
 			}
 		}
 		reportPercentiles(b, ds)
