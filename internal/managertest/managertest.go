@@ -1,0 +1,113 @@
+// Package managertest builds the real sandboxes.Manager on the fake
+// backend (internal/fakebackend), FOR TESTS ONLY, so that the API surface
+// (package server, its MCP and E2B transports, the sandbox CLI commands)
+// is tested against the manager users get, without root, KVM or Nix.
+//
+// IT ISOLATES NOTHING: the fake backend runs the guest agent in-process,
+// as the calling user, with the step's workspace a directory under the
+// test's temporary directory and the host's PATH, files and network.
+package managertest
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/internal/fakebackend"
+	"github.com/agentsandbox/agentsandbox/policy"
+	"github.com/agentsandbox/agentsandbox/record"
+	"github.com/agentsandbox/agentsandbox/sandboxes"
+	"github.com/agentsandbox/agentsandbox/vmrunner"
+	"github.com/agentsandbox/agentsandbox/workflow"
+)
+
+// Manager is the real manager, with what tests ask of it beside the
+// sandboxes.Manager interface.
+type Manager struct {
+	sandboxes.Manager
+	// Backend is the fake backend every sandbox is opened on.
+	Backend *fakebackend.Backend
+	// Store is the manager's record store.
+	Store *record.Store
+
+	mu     sync.Mutex
+	closes int
+}
+
+// New returns the real manager with o's options, on the fake backend,
+// with its store, run root and host state under t.TempDir(). o.Engine is
+// filled in (backends, store, directories, the default policy, one job
+// at a time); its other fields are the test's. The manager is closed when
+// the test ends.
+func New(t testing.TB, o sandboxes.Options) *Manager {
+	t.Helper()
+	dir := t.TempDir()
+	store, err := record.OpenStore(filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatalf("managertest: open the record store: %v", err)
+	}
+	fake := fakebackend.New()
+	e := &o.Engine
+	if e.Jobs == 0 {
+		e.Jobs = 1
+	}
+	e.Store = store
+	e.RunRoot = filepath.Join(store.Dir(), "runs")
+	e.HostStateDir = filepath.Join(dir, "host-state")
+	e.Backends = map[workflow.Isolation]vmrunner.Backend{workflow.IsolationNamespace: fake}
+	if e.Policy == nil {
+		pol, err := policy.Load(context.Background(), policy.Options{})
+		if err != nil {
+			t.Fatalf("managertest: load the default policy: %v", err)
+		}
+		e.Policy = pol
+	}
+	if e.ToolVersion == "" {
+		e.ToolVersion = "test"
+	}
+	if o.ReapEvery == 0 {
+		o.ReapEvery = 50 * time.Millisecond
+	}
+	m, err := sandboxes.New(o)
+	if err != nil {
+		t.Fatalf("managertest: new manager: %v", err)
+	}
+	r := &Manager{Manager: m, Backend: fake, Store: store}
+	t.Cleanup(func() { m.Close(context.Background()) })
+	return r
+}
+
+// Close closes the manager and counts the call.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	m.closes++
+	m.mu.Unlock()
+	return m.Manager.Close(ctx)
+}
+
+// Closed reports how many times Close was called.
+func (m *Manager) Closed() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closes
+}
+
+// Dir is the host directory that is sandbox id's /workspace, as the
+// sandbox itself reports it (its commands run on the host, in it); ""
+// when id is not running. ctx carries the identity that owns id.
+func (m *Manager) Dir(ctx context.Context, id string) string {
+	var out strings.Builder
+	_, err := m.Exec(ctx, id, sandboxes.ExecRequest{Argv: []string{"pwd", "-P"}, Cwd: "/workspace"}, func(ev sandboxes.ExecEvent) error {
+		if ev.Type == sandboxes.EventStdout {
+			out.WriteString(ev.Text)
+		}
+		return nil
+	})
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(out.String(), "\n")
+}
