@@ -10,6 +10,7 @@ package managertest
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -37,17 +38,28 @@ type Manager struct {
 	closes int
 }
 
-// New returns the real manager with o's options, on the fake backend,
-// with its store, run root and host state under t.TempDir(). o.Engine is
-// filled in (backends, store, directories, the default policy, one job
-// at a time); its other fields are the test's. The manager is closed when
-// the test ends.
+// New returns Open's manager with its directories under t.TempDir(),
+// closed when the test ends; it fails the test when the manager cannot
+// be made.
 func New(t testing.TB, o sandboxes.Options) *Manager {
 	t.Helper()
-	dir := t.TempDir()
+	m, err := Open(t.TempDir(), o)
+	if err != nil {
+		t.Fatalf("managertest: %v", err)
+	}
+	t.Cleanup(func() { m.Manager.Close(context.Background()) })
+	return m
+}
+
+// Open returns the real manager with o's options, on the fake backend,
+// with its store, run root and host state under dir. o.Engine is filled
+// in (backends, store, directories; the default policy, one job at a
+// time and tool version "test" where o leaves them unset); its other
+// fields are the caller's. The caller closes it.
+func Open(dir string, o sandboxes.Options) (*Manager, error) {
 	store, err := record.OpenStore(filepath.Join(dir, "state"))
 	if err != nil {
-		t.Fatalf("managertest: open the record store: %v", err)
+		return nil, fmt.Errorf("open the record store: %w", err)
 	}
 	fake := fakebackend.New()
 	e := &o.Engine
@@ -61,7 +73,7 @@ func New(t testing.TB, o sandboxes.Options) *Manager {
 	if e.Policy == nil {
 		pol, err := policy.Load(context.Background(), policy.Options{})
 		if err != nil {
-			t.Fatalf("managertest: load the default policy: %v", err)
+			return nil, fmt.Errorf("load the default policy: %w", err)
 		}
 		e.Policy = pol
 	}
@@ -73,11 +85,9 @@ func New(t testing.TB, o sandboxes.Options) *Manager {
 	}
 	m, err := sandboxes.New(o)
 	if err != nil {
-		t.Fatalf("managertest: new manager: %v", err)
+		return nil, fmt.Errorf("new manager: %w", err)
 	}
-	r := &Manager{Manager: m, Backend: fake, Store: store}
-	t.Cleanup(func() { m.Close(context.Background()) })
-	return r
+	return &Manager{Manager: m, Backend: fake, Store: store}, nil
 }
 
 // Close closes the manager and counts the call.
