@@ -26,7 +26,11 @@ import (
 )
 
 // Manager is the real manager, with what tests ask of it beside the
-// sandboxes.Manager interface.
+// sandboxes.Manager interface. It offers that interface's methods only:
+// the real manager's optional ones (sandboxes.Runner, NetworkManager,
+// PolicySetter) are on the embedded Manager field, so a test serves
+// m.Manager for a server that runs workflows and changes networks, and m
+// for one that does not.
 type Manager struct {
 	sandboxes.Manager
 	// Backend is the fake backend every sandbox is opened on.
