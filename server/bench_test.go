@@ -15,8 +15,8 @@ import (
 
 // BenchmarkExecRoundTrip sizes the server's own overhead: an exec of
 // `true` through HTTP over a unix socket, beside the same exec called on
-// the manager directly (the real one, on the fake backend). The difference is the server's (and the
-// HTTP client's) cost per exec.
+// the manager directly (the real one, on the fake backend). The
+// difference is the server's (and the HTTP client's) cost per exec.
 func BenchmarkExecRoundTrip(b *testing.B) {
 	fake := managertest.New(b, sandboxes.Options{})
 	defer fake.Close(context.Background())

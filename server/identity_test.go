@@ -41,8 +41,8 @@ func testIdentities(mod func(*Identity)) []Identity {
 	return ids
 }
 
-// identityServer serves the real manager on the fake backend to the identities over httptest (TCP)
-// and on a unix socket.
+// identityServer serves the real manager on the fake backend to the
+// identities over httptest (TCP) and on a unix socket.
 func identityServer(t *testing.T, o Options) (tcp string, sock string) {
 	t.Helper()
 	fake := managertest.New(t, sandboxes.Options{})

@@ -46,8 +46,8 @@ func TestLongPaths(t *testing.T) {
 	wantErr(t, e.req("GET", base+"/stat/"+strings.Repeat("n", sandboxes.MaxNameBytes), nil), http.StatusNotFound, sandboxes.CodeNotFound)
 }
 
-// serveTCP serves the real manager on the fake backend on a TCP listener with the token,
-// with o changed by mod; it returns the server's address.
+// serveTCP serves the real manager on the fake backend on a TCP listener
+// with the token, with o changed by mod; it returns the server's address.
 func serveTCP(t *testing.T, mod func(*Options)) (*Server, *managertest.Manager, string) {
 	t.Helper()
 	fake := managertest.New(t, sandboxes.Options{})

@@ -24,9 +24,9 @@ import (
 
 const sandboxTestToken = "sandbox-cli-test-token-0123456789"
 
-// fakeServe serves the real manager on the fake backend (it isolates nothing: commands run
-// here, in a temporary directory per sandbox) on a unix socket and on
-// TCP with a token; it returns the socket and the URL.
+// fakeServe serves the real manager on the fake backend (it isolates
+// nothing: commands run here, in a temporary directory per sandbox) on a
+// unix socket and on TCP with a token; it returns the socket and the URL.
 func fakeServe(t *testing.T) (string, string) {
 	t.Helper()
 	dir := t.TempDir()

@@ -24,8 +24,8 @@ import (
 
 const key = "e2b-transport-test-key-0123456789"
 
-// serve is the REST server with the E2B transport over the real Manager on the fake backend,
-// on TCP with one token.
+// serve is the REST server with the E2B transport over the real Manager
+// on the fake backend, on TCP with one token.
 func serve(t *testing.T) string {
 	t.Helper()
 	m := managertest.New(t, sandboxes.Options{})

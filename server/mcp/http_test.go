@@ -18,7 +18,8 @@ import (
 const testToken = "0123456789abcdef0123456789abcdef"
 
 // serveHTTP serves the REST server with the MCP handler at /mcp, over
-// TCP (so the bearer token is needed), on the fake manager.
+// TCP (so the bearer token is needed), on the real manager over the fake
+// backend.
 func serveHTTP(t *testing.T) *httptest.Server {
 	t.Helper()
 	fake := managertest.New(t, sandboxes.Options{})

@@ -13,7 +13,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/server/mcp"
 )
 
-// runner adds a scripted Run to the fake manager.
+// runner adds a scripted Run to the manager.
 type runner struct {
 	*managertest.Manager
 	got []sandboxes.RunRequest
