@@ -445,7 +445,7 @@ func TestFiles(t *testing.T) {
 	}
 	wantErr(t, e.req("GET", base+"/files/src", nil), 409, sandboxes.CodeConflict, "directory")
 	wantErr(t, e.req("GET", base+"/ls/src/b.txt", nil), 409, sandboxes.CodeConflict)
-	wantErr(t, e.req("DELETE", base+"/files/src", nil), 409, sandboxes.CodeConflict, "not empty")
+	wantErr(t, e.req("DELETE", base+"/files/src", nil), 409, sandboxes.CodeConflict, "recursive")
 	wantErr(t, e.req("PUT", base+"/files/x?mode=999", "x"), 400, sandboxes.CodeBadRequest, "mode")
 	if resp := e.req("DELETE", base+"/files/src?recursive=1", nil); resp.StatusCode != 204 {
 		t.Fatalf("remove: %d", resp.StatusCode)
