@@ -69,11 +69,11 @@
 // conformance suite every backend passes), fakebackend (a backend that
 // runs nothing), vmfixture (a real kernel, initramfs and
 // microvm.nix-shaped runner), testtier (the visible test tiers), testnet
-// (a small internet in a network namespace), fakesandboxes (an in-memory
-// sandbox manager, and fakeserve), serverproc (server processes for
-// client tests), otlptest (an OTLP receiver), nartest (NARs written token
-// by token), tenancytest (the check that a server keeps its tenants
-// apart).
+// (a small internet in a network namespace), managertest (the real
+// sandbox manager on fakebackend, and fakeserve), serverproc (server
+// processes for client tests), otlptest (an OTLP receiver), nartest (NARs
+// written token by token), tenancytest (the check that a server keeps its
+// tenants apart).
 //
 // Each top-level folder is one room: layering_test.go checks the rules
 // above per package and per folder, and that the folders the two commands

@@ -63,7 +63,9 @@ func fsError(p string, err error) error {
 		return &Error{Code: CodeTooLarge, Message: fmt.Sprintf("%s: the sandbox's disk is full (resources.disk)", p), Err: err}
 	case errors.Is(err, syscall.ENAMETOOLONG):
 		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("%s: a name on the path is too long for the workspace's filesystem", p), Err: err}
-	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTEMPTY):
+	case errors.Is(err, syscall.ENOTEMPTY):
+		return &Error{Code: CodeConflict, Message: fmt.Sprintf("%s: the directory is not empty; remove it recursively (?recursive=1) to remove what it holds too", p), Err: err}
+	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR):
 		return &Error{Code: CodeConflict, Message: fmt.Sprintf("%s: %v", p, err), Err: err}
 	}
 	var e *Error

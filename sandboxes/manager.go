@@ -596,7 +596,7 @@ const maxStopped = 1024
 // as on any stopped sandbox.
 func (m *manager) release(b *box) {
 	b.mu.Lock()
-	t := &box{m: m, id: b.id, info: b.info, labels: b.labels, snapshots: b.snapshots,
+	t := &box{m: m, id: b.id, owner: b.owner, info: b.info, labels: b.labels, snapshots: b.snapshots,
 		killing: true, killed: b.killed, killErr: b.killErr, stoppedAt: time.Now()}
 	b.execs, b.entries = map[string]*execState{}, nil
 	b.mu.Unlock()

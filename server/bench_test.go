@@ -9,16 +9,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/managertest"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 )
 
 // BenchmarkExecRoundTrip sizes the server's own overhead: an exec of
 // `true` through HTTP over a unix socket, beside the same exec called on
-// the fake manager directly. The difference is the server's (and the
-// HTTP client's) cost per exec.
+// the manager directly (the real one, on the fake backend). The
+// difference is the server's (and the HTTP client's) cost per exec.
 func BenchmarkExecRoundTrip(b *testing.B) {
-	fake := fakesandboxes.New(b.TempDir())
+	fake := managertest.New(b, sandboxes.Options{})
 	defer fake.Close(context.Background())
 	sb, err := fake.Create(context.Background(), sandboxes.Spec{})
 	if err != nil {
@@ -37,7 +37,7 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 	b.Run("http-unix-no-process", func(b *testing.B) { benchHTTP(b, instant{fake}, sb.ID) })
 }
 
-type instant struct{ *fakesandboxes.Manager }
+type instant struct{ *managertest.Manager }
 
 func (instant) Exec(_ context.Context, id string, r sandboxes.ExecRequest, emit func(sandboxes.ExecEvent) error) (sandboxes.ExecInfo, error) {
 	now := time.Now()

@@ -7,17 +7,16 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/managertest"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 )
 
 // harmless runs `true` in place of whatever a fuzzed exec asks for: the
-// fake runs commands on the host.
-type harmless struct{ *fakesandboxes.Manager }
+// fake backend runs commands on the host.
+type harmless struct{ *managertest.Manager }
 
 func (h harmless) Exec(ctx context.Context, id string, r sandboxes.ExecRequest, emit func(sandboxes.ExecEvent) error) (sandboxes.ExecInfo, error) {
 	if len(r.Argv) > 0 || r.Shell != "" {
@@ -55,7 +54,7 @@ func FuzzAPI(f *testing.F) {
 	} {
 		f.Add(seed.method, seed.path, []byte(seed.body))
 	}
-	fake := fakesandboxes.New(f.TempDir())
+	fake := managertest.New(f, sandboxes.Options{})
 	s, err := New(Options{Manager: harmless{fake}, Token: testToken})
 	if err != nil {
 		f.Fatal(err)
@@ -107,10 +106,9 @@ func FuzzAPI(f *testing.F) {
 			}
 		}
 		// Keep the workspace from filling up.
-		if ws := fake.Dir(sb.ID); ws != "" {
-			matches, _ := filepath.Glob(filepath.Join(ws, "*"))
-			if len(matches) > 100 {
-				fake.RemoveFile(context.Background(), sb.ID, ".", true)
+		if l, _ := fake.ListFiles(context.Background(), sb.ID, "."); len(l) > 100 {
+			for _, fi := range l {
+				fake.RemoveFile(context.Background(), sb.ID, fi.Path, true)
 			}
 		}
 	})

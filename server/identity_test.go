@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/managertest"
 	"github.com/agentsandbox/agentsandbox/internal/tenancytest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
@@ -41,11 +41,11 @@ func testIdentities(mod func(*Identity)) []Identity {
 	return ids
 }
 
-// identityServer serves the fake to the identities over httptest (TCP)
-// and on a unix socket.
+// identityServer serves the real manager on the fake backend to the
+// identities over httptest (TCP) and on a unix socket.
 func identityServer(t *testing.T, o Options) (tcp string, sock string) {
 	t.Helper()
-	fake := fakesandboxes.New(t.TempDir())
+	fake := managertest.New(t, sandboxes.Options{})
 	o.Manager = fake
 	s, err := New(o)
 	if err != nil {
@@ -107,7 +107,7 @@ func TestTokenIdentity(t *testing.T) {
 	if mine.Owner != TokenIdentity {
 		t.Errorf("the token's sandbox is owned by %q", mine.Owner)
 	}
-	if _, err := New(Options{Manager: fakesandboxes.New(t.TempDir()), Token: testToken, Identities: testIdentities(nil)}); err == nil {
+	if _, err := New(Options{Manager: managertest.New(t, sandboxes.Options{}), Token: testToken, Identities: testIdentities(nil)}); err == nil {
 		t.Error("New with a token and identities succeeded")
 	}
 }
@@ -228,7 +228,7 @@ func TestIdentityLimits(t *testing.T) {
 
 // TestCheckIdentities: New refuses identities that would mix callers.
 func TestCheckIdentities(t *testing.T) {
-	fake := fakesandboxes.New(t.TempDir())
+	fake := managertest.New(t, sandboxes.Options{})
 	h := sha256.Sum256([]byte("x"))
 	for name, ids := range map[string][]Identity{
 		"bad name":       {{Identity: sandboxes.Identity{Name: "A B"}, TokenSHA256: h}},

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/managertest"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 )
 
@@ -46,11 +46,11 @@ func TestLongPaths(t *testing.T) {
 	wantErr(t, e.req("GET", base+"/stat/"+strings.Repeat("n", sandboxes.MaxNameBytes), nil), http.StatusNotFound, sandboxes.CodeNotFound)
 }
 
-// serveTCP serves a fake manager on a real TCP listener with the token,
-// with o changed by mod; it returns the server's address.
-func serveTCP(t *testing.T, mod func(*Options)) (*Server, *fakesandboxes.Manager, string) {
+// serveTCP serves the real manager on the fake backend on a TCP listener
+// with the token, with o changed by mod; it returns the server's address.
+func serveTCP(t *testing.T, mod func(*Options)) (*Server, *managertest.Manager, string) {
 	t.Helper()
-	fake := fakesandboxes.New(t.TempDir())
+	fake := managertest.New(t, sandboxes.Options{})
 	o := Options{Manager: fake, Token: testToken}
 	if mod != nil {
 		mod(&o)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/managertest"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 )
 
@@ -43,7 +43,7 @@ var httpMethods = []string{"get", "put", "post", "delete", "patch", "head", "opt
 // every operation of the document is registered.
 func TestRoutesMatchOpenAPI(t *testing.T) {
 	doc := loadDoc(t)
-	s, err := New(Options{Manager: fakesandboxes.New(t.TempDir()), Extra: map[string]http.Handler{"/mcp": http.NotFoundHandler()}})
+	s, err := New(Options{Manager: managertest.New(t, sandboxes.Options{}), Extra: map[string]http.Handler{"/mcp": http.NotFoundHandler()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,11 +150,11 @@ func TestSchemasMatchStructs(t *testing.T) {
 // TestExtraConflict: an extra handler whose pattern clashes with a route
 // is refused at New, with what to do, not a panic.
 func TestExtraConflict(t *testing.T) {
-	_, err := New(Options{Manager: fakesandboxes.New(t.TempDir()), Extra: map[string]http.Handler{"GET /v1/health": http.NotFoundHandler()}})
+	_, err := New(Options{Manager: managertest.New(t, sandboxes.Options{}), Extra: map[string]http.Handler{"GET /v1/health": http.NotFoundHandler()}})
 	if err == nil || !strings.Contains(err.Error(), "choose a pattern") {
 		t.Errorf("New with a clashing extra pattern: %v", err)
 	}
-	_, err = New(Options{Manager: fakesandboxes.New(t.TempDir()), Extra: map[string]http.Handler{"/mcp": nil}})
+	_, err = New(Options{Manager: managertest.New(t, sandboxes.Options{}), Extra: map[string]http.Handler{"/mcp": nil}})
 	if err == nil {
 		t.Error("New with a nil extra handler succeeded")
 	}

@@ -12,7 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/managertest"
+	"github.com/agentsandbox/agentsandbox/sandboxes"
 )
 
 var update = goflag.Bool("update", false, "rewrite testdata/routes.golden from the registered routes")
@@ -68,7 +69,7 @@ func sampleRequest(p string) *http.Request {
 // mux sends a request of each pattern to that pattern (no route shadows
 // another). Moving a route's registration must not change either.
 func TestRoutesGolden(t *testing.T) {
-	s, err := New(Options{Manager: fakesandboxes.New(t.TempDir()), Extra: map[string]http.Handler{"/mcp": http.NotFoundHandler()}})
+	s, err := New(Options{Manager: managertest.New(t, sandboxes.Options{}), Extra: map[string]http.Handler{"/mcp": http.NotFoundHandler()}})
 	if err != nil {
 		t.Fatal(err)
 	}

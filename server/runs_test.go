@@ -9,15 +9,15 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/managertest"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 )
 
-// runner adds a scripted Run to the fake manager: it answers what the
+// runner adds a scripted Run to the manager: it answers what the
 // request asked for, or refuses a workflow the real manager would not
 // find.
 type runner struct {
-	*fakesandboxes.Manager
+	*managertest.Manager
 	got   []sandboxes.RunRequest
 	trace trace.SpanContext // of the last request's context
 }
@@ -32,8 +32,9 @@ func (r *runner) Run(ctx context.Context, req sandboxes.RunRequest) (sandboxes.R
 		Steps: []sandboxes.RunStep{{Name: "a", Status: "failed", ExitCode: 3, Stderr: "boom", Outputs: []sandboxes.RunOutput{}}}}, nil
 }
 
-// TestRunsNeedARunner: a manager that runs no workflows (the fake) says
-// so with not_supported_yet, not a 404 or a 500.
+// TestRunsNeedARunner: a manager that runs no workflows
+// (managertest.Manager offers no Run) says so with not_supported_yet, not
+// a 404 or a 500.
 func TestRunsNeedARunner(t *testing.T) {
 	e := newEnv(t, nil)
 	wantErr(t, e.req("POST", "/v1/runs", sandboxes.RunRequest{Workflow: "ci.yaml"}), http.StatusNotImplemented,
@@ -46,7 +47,7 @@ func TestRunsNeedARunner(t *testing.T) {
 func TestRuns(t *testing.T) {
 	var r *runner
 	e := newEnv(t, func(o *Options) {
-		r = &runner{Manager: o.Manager.(*fakesandboxes.Manager)}
+		r = &runner{Manager: o.Manager.(*managertest.Manager)}
 		o.Manager = r
 	})
 	info := want[sandboxes.RunInfo](t, e.req("POST", "/v1/runs", sandboxes.RunRequest{Inline: "name: x", Isolation: "namespace"}), http.StatusOK)
@@ -60,8 +61,9 @@ func TestRuns(t *testing.T) {
 	wantErr(t, e.req("POST", "/v1/runs", `{"workflow": "a.yaml", "steps": ["x"]}`), http.StatusBadRequest, sandboxes.CodeBadRequest, "steps")
 }
 
-// TestNetworkNeedsAManager: the fake cannot change a sandbox's network and
-// says so; a bad body is still a 400 first.
+// TestNetworkNeedsAManager: a manager that cannot change a sandbox's
+// network (managertest.Manager offers no NetworkManager) says so; a bad
+// body is still a 400 first.
 func TestNetworkNeedsAManager(t *testing.T) {
 	e := newEnv(t, nil)
 	info := e.create(sandboxes.Spec{})
@@ -76,7 +78,7 @@ func TestNetworkNeedsAManager(t *testing.T) {
 func TestTraceparent(t *testing.T) {
 	var r *runner
 	e := newEnv(t, func(o *Options) {
-		r = &runner{Manager: o.Manager.(*fakesandboxes.Manager)}
+		r = &runner{Manager: o.Manager.(*managertest.Manager)}
 		o.Manager = r
 	})
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

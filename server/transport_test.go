@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/managertest"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 )
 
@@ -54,7 +54,7 @@ func TestTransport(t *testing.T) {
 			fmt.Fprintf(w, "other handler %q", id.Name)
 		}),
 	}
-	s, err := New(Options{Manager: fakesandboxes.New(t.TempDir()), Token: token, MaxConcurrentPerClient: 1, Transports: []Transport{own, shared}})
+	s, err := New(Options{Manager: managertest.New(t, sandboxes.Options{}), Token: token, MaxConcurrentPerClient: 1, Transports: []Transport{own, shared}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestTransport(t *testing.T) {
 	close(release)
 	<-done
 
-	if _, err := New(Options{Manager: fakesandboxes.New(t.TempDir()), Transports: []Transport{{Name: "half", Match: own.Match}}}); err == nil || !strings.Contains(err.Error(), "needs Match, WriteError and Handler") {
+	if _, err := New(Options{Manager: managertest.New(t, sandboxes.Options{}), Transports: []Transport{{Name: "half", Match: own.Match}}}); err == nil || !strings.Contains(err.Error(), "needs Match, WriteError and Handler") {
 		t.Errorf("a transport without a handler: %v", err)
 	}
 }

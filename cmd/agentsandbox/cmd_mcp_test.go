@@ -14,15 +14,16 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/managertest"
 	"github.com/agentsandbox/agentsandbox/internal/testtier"
+	"github.com/agentsandbox/agentsandbox/sandboxes"
 	mcpserver "github.com/agentsandbox/agentsandbox/server/mcp"
 )
 
 // TestMCPStdio: serveMCP speaks MCP on the command's stdio, and stops the
 // manager's sandboxes when the client hangs up.
 func TestMCPStdio(t *testing.T) {
-	fake := fakesandboxes.New(t.TempDir())
+	fake := managertest.New(t, sandboxes.Options{})
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	var stderr bytes.Buffer
@@ -56,7 +57,7 @@ func TestMCPStdio(t *testing.T) {
 // closed (printf INIT INITIALIZED TOOLS_LIST CALL | agentsandbox mcp) are
 // every one answered before the command ends.
 func TestMCPStdioAnswersAtEOF(t *testing.T) {
-	fake := fakesandboxes.New(t.TempDir())
+	fake := managertest.New(t, sandboxes.Options{})
 	in := strings.Join([]string{
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`,
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,

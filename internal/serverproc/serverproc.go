@@ -196,12 +196,13 @@ type Servers struct {
 	Procs []*Proc
 }
 
-// Fake starts fakeserve (internal/fakesandboxes: it isolates nothing) on a
-// unix socket and, as a second process, on TCP with token.
+// Fake starts fakeserve (the real manager on the fake backend,
+// internal/managertest/fakeserve: it isolates nothing) on a unix socket
+// and, as a second process, on TCP with token.
 func Fake(t testing.TB, token string) *Servers {
 	t.Helper()
 	dir := t.TempDir()
-	bin := GoBuild(t, dir, "github.com/agentsandbox/agentsandbox/internal/fakesandboxes/fakeserve")
+	bin := GoBuild(t, dir, "github.com/agentsandbox/agentsandbox/internal/managertest/fakeserve")
 	s := &Servers{Socket: filepath.Join(dir, "as.sock"), Token: token, Bin: bin}
 	unix, _ := Start(t, func(l string) bool { return strings.HasPrefix(l, "listening on unix") }, bin, "-socket", s.Socket)
 	tcp, line := Start(t, func(l string) bool { return strings.HasPrefix(l, "listening on tcp") }, bin,

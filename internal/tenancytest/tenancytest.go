@@ -1,7 +1,8 @@
 // Package tenancytest is test support: one check that a server keeps the
-// identities apart on every REST route, run against the fake manager
-// (package server's tests) and against the real `agentsandbox serve`
-// (cmd/agentsandbox's root tests), so that both hold to the same promise.
+// identities apart on every REST route, run against the real manager on
+// the fake backend (package server's tests) and against the real
+// `agentsandbox serve` (cmd/agentsandbox's root tests), so that both hold
+// to the same promise.
 package tenancytest
 
 import (

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/managertest"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 )
 
@@ -24,7 +24,7 @@ func FuzzWriteFiles(f *testing.F) {
 	f.Add(part("other", "c", "C") + part("file", "~/e", "") + "--B--\r\n")
 	f.Add("--B\r\nContent-Disposition: form-data; name=file; filename*=UTF-8''%2Fetc%2Fpasswd\r\n\r\nP\r\n--B--\r\n")
 	f.Add("--B\r\n\r\n--B")
-	m := fakesandboxes.New(f.TempDir())
+	m := managertest.New(f, sandboxes.Options{})
 	s := New(m, Options{})
 	info, err := m.Create(context.Background(), sandboxes.Spec{})
 	if err != nil {

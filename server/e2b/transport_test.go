@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/managertest"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 	"github.com/agentsandbox/agentsandbox/server"
 	"github.com/agentsandbox/agentsandbox/server/e2b"
@@ -24,11 +24,11 @@ import (
 
 const key = "e2b-transport-test-key-0123456789"
 
-// serve is the REST server with the E2B transport over a fake Manager,
-// on TCP with one token.
+// serve is the REST server with the E2B transport over the real Manager
+// on the fake backend, on TCP with one token.
 func serve(t *testing.T) string {
 	t.Helper()
-	m := fakesandboxes.New(t.TempDir())
+	m := managertest.New(t, sandboxes.Options{})
 	s, err := server.New(server.Options{Manager: m, Token: key, Transports: e2b.New(m, e2b.Options{}).Transports()})
 	if err != nil {
 		t.Fatal(err)
@@ -172,10 +172,11 @@ func TestControlAndEnvd(t *testing.T) {
 		events[1] != `{"event":{"data":{"stdout":"MTIK"}}}` || events[len(events)-1] != `{"event":{"end":{"exitCode":3,"exited":true,"status":"exit status 3"}}}` {
 		t.Fatalf("Start: %q, end %s", events, end)
 	}
-	// Connect-Timeout-Ms kills the command.
+	// Connect-Timeout-Ms kills the command (the agent's SIGTERM, as a
+	// real sandbox's), and the end says why.
 	began := time.Now()
 	events, _ = stream(t, base, c, `{"process":{"cmd":"sleep","args":["10"]}}`, "300")
-	if last := events[len(events)-1]; !strings.Contains(last, `"status":"signal: killed"`) || time.Since(began) > 5*time.Second {
+	if last := events[len(events)-1]; !strings.Contains(last, `"status":"signal: terminated"`) || !strings.Contains(last, "timeout") || time.Since(began) > 5*time.Second {
 		t.Fatalf("a command past its timeout: %q after %s", events, time.Since(began))
 	}
 	events, end = stream(t, base, c, `{"process":{"cmd":"/bin/bash"},"pty":{"size":{"cols":80,"rows":24}}}`, "")
@@ -267,7 +268,7 @@ func TestControlAndEnvd(t *testing.T) {
 // sandbox and is held to its limits; another identity finds nothing.
 func TestIdentities(t *testing.T) {
 	const keyA, keyB = "identity-a-key-0123456789abcdef", "identity-b-key-0123456789abcdef"
-	m := fakesandboxes.New(t.TempDir())
+	m := managertest.New(t, sandboxes.Options{})
 	s, err := server.New(server.Options{Manager: m, Transports: e2b.New(m, e2b.Options{}).Transports(), Identities: []server.Identity{
 		{Identity: sandboxes.Identity{Name: "a", MaxSandboxes: 1}, TokenSHA256: sha256.Sum256([]byte(keyA))},
 		{Identity: sandboxes.Identity{Name: "b", MaxSandboxes: 1}, TokenSHA256: sha256.Sum256([]byte(keyB))},
@@ -316,7 +317,7 @@ func TestIdentities(t *testing.T) {
 // the control API's caller is the peer's uid (no key) and envd still
 // wants the sandbox's token.
 func TestUnixSocket(t *testing.T) {
-	m := fakesandboxes.New(t.TempDir())
+	m := managertest.New(t, sandboxes.Options{})
 	s, err := server.New(server.Options{Manager: m, Transports: e2b.New(m, e2b.Options{}).Transports()})
 	if err != nil {
 		t.Fatal(err)

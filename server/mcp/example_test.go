@@ -10,7 +10,8 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/managertest"
+	"github.com/agentsandbox/agentsandbox/sandboxes"
 	"github.com/agentsandbox/agentsandbox/server/mcp"
 )
 
@@ -18,15 +19,18 @@ import (
 // create a sandbox, write a program, run its test, read the failure, fix
 // the program, run the test again, and kill the sandbox. A real agent
 // would choose each call from the previous results; the calls and the
-// results are the same. (The fake manager runs commands on the host: it is
-// for tests; `agentsandbox mcp` and `serve` run them in sandboxes.)
+// results are the same. (The manager here is on the fake backend, which
+// runs commands on the host: it is for tests; `agentsandbox mcp` and `serve` run them in sandboxes.)
 func Example_agentLoop() {
 	dir, err := os.MkdirTemp("", "mcp-example")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	manager := fakesandboxes.New(dir)
+	manager, err := managertest.Open(dir, sandboxes.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer manager.Close(context.Background())
 
 	ctx := context.Background()

@@ -9,7 +9,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/managertest"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 	"github.com/agentsandbox/agentsandbox/server"
 	"github.com/agentsandbox/agentsandbox/server/mcp"
@@ -18,10 +18,11 @@ import (
 const testToken = "0123456789abcdef0123456789abcdef"
 
 // serveHTTP serves the REST server with the MCP handler at /mcp, over
-// TCP (so the bearer token is needed), on the fake manager.
+// TCP (so the bearer token is needed), on the real manager over the fake
+// backend.
 func serveHTTP(t *testing.T) *httptest.Server {
 	t.Helper()
-	fake := fakesandboxes.New(t.TempDir())
+	fake := managertest.New(t, sandboxes.Options{})
 	srv, err := server.New(server.Options{Manager: fake, Token: testToken, Version: "test",
 		Extra: map[string]http.Handler{"/mcp": mcp.HTTPHandler(mcp.New(fake, "test", mcp.Options{}))}})
 	if err != nil {

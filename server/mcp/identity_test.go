@@ -13,7 +13,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/managertest"
 	"github.com/agentsandbox/agentsandbox/record"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 	"github.com/agentsandbox/agentsandbox/server"
@@ -78,7 +78,7 @@ func TestMCPIdentities(t *testing.T) {
 	}
 	recA, recB, recNone := put("a"), put("b"), put("")
 
-	fake := fakesandboxes.New(t.TempDir())
+	fake := managertest.New(t, sandboxes.Options{})
 	ids := []server.Identity{
 		{Identity: sandboxes.Identity{Name: "a"}, TokenSHA256: sha256.Sum256([]byte(tokenA))},
 		{Identity: sandboxes.Identity{Name: "b"}, TokenSHA256: sha256.Sum256([]byte(tokenB))},

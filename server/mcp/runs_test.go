@@ -8,14 +8,14 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/managertest"
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 	"github.com/agentsandbox/agentsandbox/server/mcp"
 )
 
-// runner adds a scripted Run to the fake manager.
+// runner adds a scripted Run to the manager.
 type runner struct {
-	*fakesandboxes.Manager
+	*managertest.Manager
 	got []sandboxes.RunRequest
 }
 
@@ -32,7 +32,7 @@ func (r *runner) Run(_ context.Context, req sandboxes.RunRequest) (sandboxes.Run
 
 func connectRunner(t *testing.T) (*sdk.ClientSession, *runner) {
 	t.Helper()
-	r := &runner{Manager: fakesandboxes.New(t.TempDir())}
+	r := &runner{Manager: managertest.New(t, sandboxes.Options{})}
 	st, ct := sdk.NewInMemoryTransports()
 	ss, err := mcp.New(r, "test", mcp.Options{}).Connect(context.Background(), st, nil)
 	if err != nil {

@@ -286,7 +286,8 @@ for (const [name, conn] of conns) {
 
     if (!REAL) {
       it("rejects network changes and workflow runs with not_supported_yet (the fake offers neither)", async () => {
-        const s = await Sandbox.create({ ...conn, network: ["a.example.test:443"], labels: { test: `js-net-${process.pid}` } });
+        // The policy wants a bound on a sandbox that reaches the network.
+        const s = await Sandbox.create({ ...conn, network: ["a.example.test:443"], resources: { bandwidth: "100Mbit" }, labels: { test: `js-net-${process.pid}` } });
         try {
           await rejectsWith(s.network.get(), "not_supported_yet", 501);
           await rejectsWith(s.network.grant("b.example.test:443"), "not_supported_yet", 501);

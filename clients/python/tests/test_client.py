@@ -431,7 +431,8 @@ class NetworkTest(unittest.TestCase):
 
     @unittest.skipIf(REAL, "the real server changes networks")
     def test_fake_does_not_support_it(self):
-        with new_sandbox(network=["a.example.test:443"]) as sb:
+        # The policy wants a bound on a sandbox that reaches the network.
+        with new_sandbox(network=["a.example.test:443"], resources={"bandwidth": "100Mbit"}) as sb:
             for call in (sb.network.get, lambda: sb.network.grant("b.example.test:443"),
                          lambda: sb.network.revoke("a.example.test:443")):
                 with self.assertRaises(AgentSandboxError) as cm:

@@ -1,13 +1,14 @@
-// Command fakeserve serves the fake sandboxes manager (package
-// fakesandboxes) with the real REST server, FOR TESTS OF CLIENTS ONLY:
-// the Python and JS clients, the MCP server and the CLI can run against a
-// real HTTP server without root, KVM or Nix.
+// Command fakeserve serves the real sandboxes manager on the fake backend
+// (package managertest) with the real REST server, FOR TESTS OF CLIENTS
+// ONLY: the Python and JS clients can run against the server and manager
+// users get, without root, KVM or Nix.
 //
-// IT ISOLATES NOTHING: every "sandbox" is a temporary directory on the host
-// and every exec runs there as the calling user. Never expose it.
+// IT ISOLATES NOTHING: every sandbox's workspace is a temporary directory
+// on the host and every exec runs there as the calling user. Never expose
+// it.
 //
-//	go run ./internal/fakesandboxes/fakeserve -socket /tmp/as.sock
-//	go run ./internal/fakesandboxes/fakeserve -tcp 127.0.0.1:0 -token secret
+//	go run ./internal/managertest/fakeserve -socket /tmp/as.sock
+//	go run ./internal/managertest/fakeserve -tcp 127.0.0.1:0 -token secret
 //
 // Once it listens it prints one line, "listening on unix PATH" or
 // "listening on tcp ADDR" (with the port chosen), to stdout; SIGINT or
@@ -24,7 +25,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentsandbox/agentsandbox/internal/fakesandboxes"
+	"github.com/agentsandbox/agentsandbox/internal/managertest"
+	"github.com/agentsandbox/agentsandbox/sandboxes"
 	"github.com/agentsandbox/agentsandbox/server"
 )
 
@@ -44,13 +46,16 @@ func run(socket, tcp, token string, maxSandboxes int) error {
 	if (socket == "") == (tcp == "") {
 		return fmt.Errorf("give exactly one of -socket PATH and -tcp ADDR")
 	}
-	dir, err := os.MkdirTemp("", "fakesandboxes-")
+	dir, err := os.MkdirTemp("", "fakeserve-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	fake := fakesandboxes.New(dir)
-	fake.MaxSandboxes = maxSandboxes
+	fake, err := managertest.Open(dir, sandboxes.Options{MaxSandboxes: maxSandboxes})
+	if err != nil {
+		return err
+	}
+	// The server closes the manager when it shuts down.
 	s, err := server.New(server.Options{Manager: fake, Token: token, Version: "fake",
 		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "fakeserve: "+f+"\n", a...) }})
 	if err != nil {
