@@ -200,8 +200,8 @@ type piece struct {
 }
 
 // events replays the output from the given offsets, then (follow) the
-// rest until the end, calling emit for each event; the exit (or error)
-// event comes last. An offset past a stream's end waits for that offset.
+// rest until the end, calling emit for each event: a started event first
+// when both offsets are 0, the exit (or error) event last. An offset past a stream's end waits for that offset.
 // pinned is the foreground reader's: the command waits for it (it is
 // never sent a gap while it reads).
 func (x *execState) events(ctx context.Context, outFrom, errFrom int64, follow, pinned bool, emit func(ExecEvent) error) error {
@@ -220,7 +220,16 @@ func (x *execState) events(ctx context.Context, outFrom, errFrom int64, follow, 
 	// the command had ended by then.
 	until := [2]int64{x.streams[stdout].total(), x.streams[stderr].total()}
 	endedBefore := !x.running()
+	started := x.started
 	x.mu.Unlock()
+	// A reader from the beginning gets the exec's history from its start,
+	// so that a client hears of a silent command (sleep 30) at once, not
+	// at its first byte of output.
+	if outFrom == 0 && errFrom == 0 {
+		if err := emit(ExecEvent{Type: EventStarted, ExecID: x.id, Time: started}); err != nil {
+			return err
+		}
+	}
 	for {
 		var ps []piece
 		x.mu.Lock()

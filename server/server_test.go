@@ -249,9 +249,12 @@ func TestExecForeground(t *testing.T) {
 	stdin := "from stdin"
 	evs := events(t, e.req("POST", "/v1/sandboxes/"+sb.ID+"/exec", sandboxes.ExecRequest{
 		Shell: "echo $GREETING $NAME; cat; echo oops >&2; exit 3", Env: map[string]string{"NAME": "you"}, Stdin: &stdin}))
-	// The real manager sends no started event: the first is the output.
-	if evs[0].Type != sandboxes.EventStdout || evs[0].ExecID == "" {
-		t.Errorf("first event %+v, want stdout with the exec's id", evs[0])
+	// The stream begins when the command starts, before any output.
+	if evs[0].Type != sandboxes.EventStarted || evs[0].ExecID == "" || evs[0].Time.IsZero() {
+		t.Errorf("first event %+v, want started with the exec's id and time", evs[0])
+	}
+	if evs[1].Type != sandboxes.EventStdout || evs[1].ExecID != evs[0].ExecID {
+		t.Errorf("second event %+v, want stdout of the same exec", evs[1])
 	}
 	last := evs[len(evs)-1]
 	if last.Type != sandboxes.EventExit || last.Exit == nil || last.Exit.ExitCode != 3 {
@@ -337,7 +340,7 @@ func TestExecSSE(t *testing.T) {
 			}
 			types = append(types, x.Type)
 		}
-		if strings.Join(types, ",") != "stdout,exit" {
+		if strings.Join(types, ",") != "started,stdout,exit" {
 			t.Errorf("SSE events %v", types)
 		}
 	}
@@ -855,5 +858,26 @@ func TestUnixPeer(t *testing.T) {
 	id, err := s.authenticate(r)
 	if err != nil || id.Name != fmt.Sprintf("uid-%d", os.Getuid()) || id.Admin != (os.Getuid() == 0) {
 		t.Errorf("identity %+v, %v; want uid-%d, an admin only for uid 0", id, err, os.Getuid())
+	}
+}
+
+// TestExecStartedBeforeOutput: a silent command's stream answers at once,
+// with its started event, not at its first byte of output or its end.
+func TestExecStartedBeforeOutput(t *testing.T) {
+	e := newEnv(t, nil)
+	sb := e.create(sandboxes.Spec{})
+	start := time.Now()
+	resp := e.req("POST", "/v1/sandboxes/"+sb.ID+"/exec", sandboxes.ExecRequest{Shell: "sleep 5; echo late"})
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadBytes('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev sandboxes.ExecEvent
+	if err := json.Unmarshal(line, &ev); err != nil || ev.Type != sandboxes.EventStarted {
+		t.Fatalf("first line %q (%v), want a started event", line, err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("the started event came after %v, with the command's sleep", took)
 	}
 }
