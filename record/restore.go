@@ -111,17 +111,18 @@ func (s *Store) RestoreNAR(h NarHash, dir RestoreDir, rel string) error {
 	return nil
 }
 
-// unpackNAR writes the stored NAR h out at root (beneath dir) through a
-// narWalk: a NAR cut short, with too many entries, with bytes after its
-// end, or whose entries are not a well-formed tree fails, and an unpack
-// that stops early does not leave the NAR reader's goroutine behind.
-func (s *Store) unpackNAR(h NarHash, dir RestoreDir, root string) error {
+// walkNAR reads the stored NAR h through, calling visit for each entry in
+// order (for a regular file, with its contents to read): a NAR cut short,
+// with too many entries, with bytes after its end, whose entries are not a
+// well-formed tree, or not as Nix writes it (padCheck), fails, and a walk
+// that stops early does not leave the NAR reader's goroutine behind. The
+// verifying reader checks the hash of every byte.
+func (s *Store) walkNAR(h NarHash, visit func(hdr *nar.Header, contents io.Reader) error) error {
 	w, err := s.openNARWalk(h)
 	if err != nil {
 		return err
 	}
 	defer w.close()
-	buf := make([]byte, 32<<10)
 	var tree narTree
 	for {
 		hdr, err := w.header()
@@ -134,84 +135,66 @@ func (s *Store) unpackNAR(h NarHash, dir RestoreDir, root string) error {
 		if err := tree.add(hdr); err != nil {
 			return fmt.Errorf("read nar %s: %w", h, err)
 		}
-		p := root
-		if hdr.Path != "/" {
-			p = root + hdr.Path // checked by add: clean, absolute, inside
-		}
 		switch hdr.Type {
-		case nar.TypeDirectory:
-			if err := dir.Mkdir(p, 0o755); err != nil {
-				return err
-			}
-		case nar.TypeSymlink:
-			if err := dir.Symlink(hdr.LinkTarget, p); err != nil {
-				return err
-			}
-		case nar.TypeRegular:
-			mode := fs.FileMode(0o644)
-			if hdr.Executable {
-				mode = 0o755
-			}
-			f, err := dir.Create(p, mode)
-			if err != nil {
-				return err
-			}
-			if _, err := io.CopyBuffer(f, w.nr, buf); err != nil {
-				f.Close()
-				return fmt.Errorf("read nar %s: %w", h, err)
-			}
-			if err := f.Close(); err != nil {
-				return err
-			}
+		case nar.TypeDirectory, nar.TypeSymlink, nar.TypeRegular:
 		default:
 			return fmt.Errorf("read nar %s: entry %q has unknown type %v", h, hdr.Path, hdr.Type)
+		}
+		if err := visit(hdr, w.nr); err != nil {
+			return err
 		}
 	}
 	if tree.n == 0 {
 		return fmt.Errorf("read nar %s: no entries", h)
 	}
-	// The rest of the blob: the verifying reader checks the hash of every
-	// byte, and bytes after the NAR's end are an error.
+	// The rest of the blob: bytes after the NAR's end are an error.
 	return w.finish()
 }
 
-// CheckNAR reads the stored NAR h through as unpackNAR does, writing
-// nothing: it fails, as a restore would, on a NAR that is damaged, cut
-// short, over MaxOutputEntries entries, not a well-formed tree, or not in
-// the form Nix writes (padChecked). The blob's hash is checked too.
-func (s *Store) CheckNAR(h NarHash) error {
-	w, err := s.openNARWalk(h)
-	if err != nil {
-		return err
-	}
-	defer w.close()
+// unpackNAR writes the stored NAR h out at root (beneath dir) as walkNAR
+// reads it.
+func (s *Store) unpackNAR(h NarHash, dir RestoreDir, root string) error {
 	buf := make([]byte, 32<<10)
-	var tree narTree
-	for {
-		hdr, err := w.header()
+	return s.walkNAR(h, func(hdr *nar.Header, contents io.Reader) error {
+		p := root
+		if hdr.Path != "/" {
+			p = root + hdr.Path // checked by narTree.add: clean, absolute, inside
+		}
+		switch hdr.Type {
+		case nar.TypeDirectory:
+			return dir.Mkdir(p, 0o755)
+		case nar.TypeSymlink:
+			return dir.Symlink(hdr.LinkTarget, p)
+		}
+		mode := fs.FileMode(0o644)
+		if hdr.Executable {
+			mode = 0o755
+		}
+		f, err := dir.Create(p, mode)
 		if err != nil {
 			return err
 		}
-		if hdr == nil {
-			break
-		}
-		if err := tree.add(hdr); err != nil {
+		if _, err := io.CopyBuffer(f, contents, buf); err != nil {
+			f.Close()
 			return fmt.Errorf("read nar %s: %w", h, err)
 		}
-		switch hdr.Type {
-		case nar.TypeRegular:
-			if _, err := io.CopyBuffer(io.Discard, w.nr, buf); err != nil {
-				return fmt.Errorf("read nar %s: %w", h, err)
-			}
-		case nar.TypeDirectory, nar.TypeSymlink:
-		default:
-			return fmt.Errorf("read nar %s: entry %q has unknown type %v", h, hdr.Path, hdr.Type)
+		return f.Close()
+	})
+}
+
+// CheckNAR reads the stored NAR h through as a restore would, writing
+// nothing: it fails where a restore would (walkNAR).
+func (s *Store) CheckNAR(h NarHash) error {
+	buf := make([]byte, 32<<10)
+	return s.walkNAR(h, func(hdr *nar.Header, contents io.Reader) error {
+		if hdr.Type != nar.TypeRegular {
+			return nil
 		}
-	}
-	if tree.n == 0 {
-		return fmt.Errorf("read nar %s: no entries", h)
-	}
-	return w.finish()
+		if _, err := io.CopyBuffer(io.Discard, contents, buf); err != nil {
+			return fmt.Errorf("read nar %s: %w", h, err)
+		}
+		return nil
+	})
 }
 
 // narTree checks that a NAR's entries form a tree, each path once, in
