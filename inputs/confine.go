@@ -271,6 +271,10 @@ func (g *guard) dial(ctx context.Context, network, address string) (net.Conn, er
 	cands := []netip.Addr{}
 	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
 		cands = append(cands, a)
+	} else if isLocalhostName(host) {
+		// RFC 6761: these names are the loopback, whatever the host's
+		// resolver says of them (or whether it knows them at all).
+		cands = append(cands, netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback())
 	} else {
 		resolve := g.f.Resolve
 		if resolve == nil {
@@ -308,6 +312,13 @@ func (g *guard) dial(ctx context.Context, network, address string) (net.Conn, er
 		return nil, g.refuse(refused("%s (port %s) resolves only to addresses an API caller's inputs may not come from: loopback, private, link-local or other special addresses, or ones the policy forbids (data.agentsandbox.egress_deny); the operator can open special ones by address in data.agentsandbox.api_inputs.network_allow", host, port))
 	}
 	return nil, errors.Join(errs...)
+}
+
+// isLocalhostName reports whether host is "localhost" or a name under it
+// (RFC 6761, 6.3), in any case, with or without the final dot.
+func isLocalhostName(host string) bool {
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	return h == "localhost" || strings.HasSuffix(h, ".localhost")
 }
 
 // httpClient is the HTTP client of a confined fetch: every connection is

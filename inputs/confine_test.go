@@ -313,6 +313,7 @@ func TestConfinedHTTPAddresses(t *testing.T) {
 	for _, c := range []struct{ name, source, want string }{
 		{"literal", "http://127.0.0.1:" + victimPort + "/secret", "127.0.0.1 is a loopback address"},
 		{"localhost", "http://localhost:" + victimPort + "/secret", "localhost (port " + victimPort + ") " + byName},
+		{"under-localhost", "http://Api.LocalHost.:" + victimPort + "/secret", "Api.LocalHost. (port " + victimPort + ") " + byName},
 		{"name", "http://loop.example.test:" + victimPort + "/secret", byName},
 		{"private", "http://internal.example.test/secret", byName},
 		{"metadata", "http://meta.example.test/latest/meta-data/", byName},
@@ -321,8 +322,12 @@ func TestConfinedHTTPAddresses(t *testing.T) {
 		redirectTo.Store("http://127.0.0.1:" + victimPort + "/secret")
 		before := len(n.dialled())
 		f.Resolve = n.resolve
-		if c.name == "localhost" {
-			f.Resolve = nil // the host's resolver: localhost is loopback
+		if strings.HasSuffix(c.name, "localhost") {
+			// localhost names are the loopback by definition (RFC 6761),
+			// even where the host's resolver does not know them.
+			f.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+				return nil, fmt.Errorf("lookup %s: no such host", host)
+			}
 		}
 		_, err := fetch(f, c.name, c.source, wrong)
 		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), `input "`+c.name+`"`) {

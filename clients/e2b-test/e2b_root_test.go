@@ -102,9 +102,11 @@ func BenchmarkE2BSDK(b *testing.B) {
 	b.ResetTimer()
 	cmd := exec.CommandContext(ctx, nodeBin, "bench/bench.mjs")
 	cmd.Env = sdkEnv(srv)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		b.Fatalf("node bench/bench.mjs: %v\n%s", err, out)
+		b.Fatalf("node bench/bench.mjs: %v\n%s%s", err, out, stderr.String())
 	}
 	b.StopTimer()
 	var figures map[string]float64
