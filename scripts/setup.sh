@@ -20,6 +20,7 @@ packages=(
   $(command -v npm >/dev/null || echo npm) # npm ci for them; NodeSource's nodejs ships its own npm
                     # and conflicts with Debian's, so only ask for Debian's when none is on PATH
   ca-certificates
+  openssl           # scripts/install-node.sh checks the Node tarball's sha512
 )
 
 missing=()
@@ -35,6 +36,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# Node.js 22 (or 20.18.1+) for the JS tests; Debian 12's nodejs is 18: see
+# scripts/install-node.sh.
+./scripts/install-node.sh
 
 # Nix 2.18 or later (Debian 12's nix-bin is 2.8, which today's nixpkgs
 # refuses) and its build users: see scripts/install-nix.sh.

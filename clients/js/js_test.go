@@ -5,6 +5,7 @@ import (
 	"github.com/agentsandbox/agentsandbox/internal/serverproc"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -100,7 +101,7 @@ func TestJSClientFake(t *testing.T) {
 	fake := serverproc.Fake(t, testToken)
 	sock, addr := fake.Socket, fake.Addr
 
-	checkSuite(t, runNode(t, nodeBin, testEnv(sock, addr, false), "--test", "--test-reporter=tap", "test/"))
+	checkSuite(t, runNode(t, nodeBin, testEnv(sock, addr, false), append([]string{"--test", "--test-reporter=tap"}, suiteFiles(t)...)...))
 	for _, env := range [][]string{
 		{"AGENTSANDBOX_SOCKET=" + sock},
 		{"AGENTSANDBOX_SOCKET=", "AGENTSANDBOX_URL=http://" + addr, "AGENTSANDBOX_TOKEN=" + testToken},
@@ -123,7 +124,7 @@ func TestJSClientServe(t *testing.T) {
 	srv := serverproc.Serve(t, testToken)
 	bin, state, sock, addr := srv.Bin, srv.State, srv.Socket, srv.Addr
 
-	checkSuite(t, runNode(t, nodeBin, testEnv(sock, addr, true), "--test", "--test-reporter=tap", "test/"))
+	checkSuite(t, runNode(t, nodeBin, testEnv(sock, addr, true), append([]string{"--test", "--test-reporter=tap"}, suiteFiles(t)...)...))
 	out := runNode(t, nodeBin, []string{"AGENTSANDBOX_SOCKET=" + sock}, "examples/agent-loop.mjs")
 	m := recordLine.FindStringSubmatch(out)
 	if m == nil {
@@ -133,4 +134,15 @@ func TestJSClientServe(t *testing.T) {
 		t.Errorf("records verify %s: %v\n%s", m[1], err, out)
 	}
 	srv.Stop(t)
+}
+
+// suiteFiles are the node:test files, by name: Node 22 takes --test's
+// arguments as files or globs, not directories, and Node 20 has no globs.
+func suiteFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("test/*.test.mjs")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("the suite's files: %v %v", files, err)
+	}
+	return files
 }
