@@ -20,6 +20,7 @@ packages=(
   $(command -v npm >/dev/null || echo npm) # npm ci for them; NodeSource's nodejs ships its own npm
                     # and conflicts with Debian's, so only ask for Debian's when none is on PATH
   ca-certificates
+  curl              # server tests: a real HTTP client over the unix socket (peer credentials)
   openssl           # scripts/install-node.sh checks the Node tarball's sha512
 )
 

@@ -464,6 +464,9 @@ func (g *Group) leaves() ([]string, error) {
 				return nil
 			}
 			ents, err := os.ReadDir(p)
+			if errors.Is(err, fs.ErrNotExist) {
+				return filepath.SkipDir // removed while we walk: not a group any more
+			}
 			if err != nil {
 				return err
 			}
