@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/sandboxes"
+	"github.com/agentsandbox/agentsandbox/server"
 )
 
 // E2B's control API (docs/e2b.md): sandboxes created, listed, described,
@@ -79,41 +80,13 @@ var notBuilt = []struct{ pattern, what string }{
 
 // writeControlError answers err as E2B's {code, message}.
 func writeControlError(w http.ResponseWriter, err error) {
-	status := httpStatus(sandboxes.CodeOf(err))
+	status := server.Status(sandboxes.CodeOf(err))
 	msg := err.Error()
 	var e *sandboxes.Error
 	if errors.As(err, &e) && e.Decision != "" {
 		msg += " (policy decision " + e.Decision + ")"
 	}
 	writeJSON(w, status, "application/json", apiError{Code: status, Message: msg})
-}
-
-// httpStatus is the status of a Manager error's code, as the REST API
-// answers it.
-func httpStatus(c sandboxes.Code) int {
-	switch c {
-	case sandboxes.CodeBadRequest:
-		return http.StatusBadRequest
-	case sandboxes.CodeAuth:
-		return http.StatusUnauthorized
-	case sandboxes.CodeDenied:
-		return http.StatusForbidden
-	case sandboxes.CodeNotFound:
-		return http.StatusNotFound
-	case sandboxes.CodeConflict:
-		return http.StatusConflict
-	case sandboxes.CodeTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case sandboxes.CodeLimit:
-		return http.StatusTooManyRequests
-	case sandboxes.CodeUnsupport:
-		return http.StatusNotImplemented
-	case sandboxes.CodeStopped:
-		return http.StatusServiceUnavailable
-	case sandboxes.CodeTimeout:
-		return http.StatusRequestTimeout
-	}
-	return http.StatusInternalServerError
 }
 
 func badRequest(format string, a ...any) error {

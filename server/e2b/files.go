@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/sandboxes"
+	"github.com/agentsandbox/agentsandbox/server"
 )
 
 // Files in the sandbox's view: E2B's programs name them absolute under
@@ -182,7 +183,7 @@ func filesError(w http.ResponseWriter, err error) {
 	if errors.As(err, &e) {
 		status = connectStatus(e.Code)
 	} else {
-		status = httpStatus(sandboxes.CodeOf(err))
+		status = server.Status(sandboxes.CodeOf(err))
 		if sandboxes.CodeOf(err) == sandboxes.CodeConflict {
 			status = http.StatusBadRequest // a directory: the SDK's InvalidArgumentError
 		}

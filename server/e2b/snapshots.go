@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/sandboxes"
+	"github.com/agentsandbox/agentsandbox/server"
 )
 
 // Snapshots and forks: the Manager's snapshots of a sandbox's workspace
@@ -182,7 +183,7 @@ func (s *Service) fork(w http.ResponseWriter, r *http.Request) error {
 		}
 		a, err := s.newSandbox(r, spec, template)
 		if err != nil {
-			status := httpStatus(sandboxes.CodeOf(err))
+			status := server.Status(sandboxes.CodeOf(err))
 			out = append(out, forkResult{Error: &apiError{Code: status, Message: err.Error()}})
 			continue
 		}
