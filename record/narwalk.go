@@ -16,6 +16,7 @@ type narWalk struct {
 	h       NarHash
 	blob    io.ReadCloser
 	src     *abortReader
+	pad     *padCheck
 	br      *bufio.Reader
 	nr      *nar.Reader
 	entries int
@@ -114,13 +115,14 @@ func (s *Store) openNARWalk(h NarHash) (*narWalk, error) {
 func newNARWalk(h NarHash, blob io.ReadCloser) (*narWalk, error) {
 	// The NAR reader reads token by token: buffer it.
 	br := bufio.NewReaderSize(blob, 64<<10)
-	src := &abortReader{r: &padCheck{r: br}}
+	pad := &padCheck{r: br}
+	src := &abortReader{r: pad}
 	nr, err := nar.NewReader(src)
 	if err != nil {
 		blob.Close()
 		return nil, fmt.Errorf("read nar %s: %w", h, err)
 	}
-	return &narWalk{h: h, blob: blob, src: src, br: br, nr: nr}, nil
+	return &narWalk{h: h, blob: blob, src: src, pad: pad, br: br, nr: nr}, nil
 }
 
 // header returns the next entry's header, or nil at the end of the NAR. A
@@ -150,11 +152,20 @@ func (w *narWalk) header() (*nar.Header, error) {
 }
 
 // finish reads the rest of the blob, which checks its hash. Bytes after the
-// NAR's end are an error.
+// NAR's end are an error, and so is a last string whose padding was cut
+// short or not zero.
 func (w *narWalk) finish() error {
 	n, err := io.Copy(io.Discard, w.br)
-	if err != nil {
+	if err != nil { // a hash mismatch says more than any framing error
 		return fmt.Errorf("read nar %s: %w", w.h, err)
+	}
+	// go-nix reads no further after the last token, and drops an error
+	// of the read of its padding: the padding's check is judged here.
+	if w.pad.err != nil {
+		return fmt.Errorf("read nar %s: %w", w.h, w.pad.err)
+	}
+	if w.pad.nLen > 0 || w.pad.data > 0 || w.pad.pad > 0 {
+		return fmt.Errorf("read nar %s: %w (it ends inside a string or its padding)", w.h, io.ErrUnexpectedEOF)
 	}
 	if n > 0 {
 		return fmt.Errorf("read nar %s: %d bytes after its end", w.h, n)
