@@ -428,19 +428,30 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) error {
 	if q.Get("order") == "desc" {
 		slices.Reverse(out)
 	}
-	if tok := q.Get("nextToken"); tok != "" {
-		i := slices.IndexFunc(out, func(l listedSandbox) bool { return l.SandboxID == tok })
-		if i < 0 {
-			return badRequest("nextToken %q: no such sandbox in this listing any more; list again from the start", tok)
-		}
-		out = out[i+1:]
-	}
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-		w.Header().Set("X-Next-Token", out[limit-1].SandboxID)
+	out, err = page(w, q.Get("nextToken"), limit, "sandbox", out, func(l listedSandbox) string { return l.SandboxID })
+	if err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusOK, "application/json", out)
 	return nil
+}
+
+// page is one page of a listing in E2B's paging: the items after the one
+// whose id is nextToken, at most limit of them (all when limit is 0), with
+// X-Next-Token set to the last one's id when more follow.
+func page[T any](w http.ResponseWriter, nextToken string, limit int, what string, items []T, id func(T) string) ([]T, error) {
+	if nextToken != "" {
+		i := slices.IndexFunc(items, func(t T) bool { return id(t) == nextToken })
+		if i < 0 {
+			return nil, badRequest("nextToken %q: no such %s in this listing any more; list again from the start", nextToken, what)
+		}
+		items = items[i+1:]
+	}
+	if limit > 0 && len(items) > limit {
+		items = items[:limit]
+		w.Header().Set("X-Next-Token", id(items[limit-1]))
+	}
+	return items, nil
 }
 
 // sweep forgets the sandboxes that have stopped (expired, or killed

@@ -106,16 +106,9 @@ func (s *Service) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 		seen[si.ID] = true
 		out = append(out, snapshotOf(si))
 	}
-	if tok := q.Get("nextToken"); tok != "" {
-		i := slices.IndexFunc(out, func(si snapshotInfo) bool { return si.SnapshotID == tok })
-		if i < 0 {
-			return badRequest("nextToken %q: no such snapshot in this listing any more; list again from the start", tok)
-		}
-		out = out[i+1:]
-	}
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-		w.Header().Set("X-Next-Token", out[limit-1].SnapshotID)
+	out, err := page(w, q.Get("nextToken"), limit, "snapshot", out, func(si snapshotInfo) string { return si.SnapshotID })
+	if err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusOK, "application/json", out)
 	return nil
