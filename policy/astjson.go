@@ -12,7 +12,8 @@ import (
 // ast.ValueFromReader does but without decoding into map[string]any first:
 // on the input of a 100-step workflow that halves the cost of an
 // evaluation. Numbers keep their literal spelling (ast.Number), as they do
-// with ast.ValueFromReader; a test compares the two.
+// with ast.ValueFromReader, and the numbers OPA refuses are refused here
+// too; a test compares the two.
 func jsonToValue(b []byte) (ast.Value, error) {
 	p := jsonParser{b: b}
 	p.space()
@@ -213,5 +214,11 @@ func (p *jsonParser) number() (ast.Value, error) {
 	if !json.Valid(lit) {
 		return nil, p.errorf("invalid number %q", lit)
 	}
-	return ast.Number(lit), nil
+	// OPA refuses numbers whose exponent would make evaluation cost
+	// non-linear (1e100000); so does this parser, with OPA's own check.
+	n, err := ast.NumberChecked(string(lit))
+	if err != nil {
+		return nil, p.errorf("%v", err)
+	}
+	return n, nil
 }
