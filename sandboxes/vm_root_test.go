@@ -76,15 +76,7 @@ func newVMManager(t *testing.T) (Manager, *record.Store, string) {
 			},
 			Policy: pol, ToolVersion: "test",
 		},
-		Realiser: func(*workflow.Workflow, string) engine.RealiseFunc {
-			return func(_ context.Context, steps []workflow.Step) (map[string]engine.Realised, error) {
-				out := map[string]engine.Realised{}
-				for _, s := range steps {
-					out[s.Name] = engine.Realised{Runner: fx.Dir}
-				}
-				return out, nil
-			}
-		},
+		Realiser: func(*workflow.Workflow, string) engine.RealiseFunc { return fx.Realise },
 	}
 	m, err := New(o)
 	if err != nil {
