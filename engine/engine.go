@@ -236,8 +236,10 @@ func admitted(ctx context.Context, w *workflow.Workflow, o Options, emit func(Ev
 	return plan, decision, nil
 }
 
+// newRunID is a run's id: 128 random bits as 32 hex digits, unique across
+// the machines whose records meet in one store, and DNS-safe.
 func newRunID() (string, error) {
-	var b [8]byte
+	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("make run id: %w", err)
 	}

@@ -171,8 +171,12 @@ func New(o Options) (Manager, error) {
 	return m, nil
 }
 
+// newID is a sandbox's (and an exec's) id: 128 random bits as 32 hex
+// digits, unique across machines (records and snapshots travel between
+// them through a shared store) and a DNS label, as the E2B host form
+// {port}-{id}.{domain} needs.
 func newID() (string, error) {
-	var b [8]byte
+	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}

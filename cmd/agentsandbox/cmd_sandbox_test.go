@@ -85,7 +85,7 @@ func TestSandboxCLIFake(t *testing.T) {
 		t.Fatalf("create: exit %d: %s", code, errs)
 	}
 	id := strings.TrimSpace(out)
-	if !regexp.MustCompile(`^[0-9a-f]{16}$`).MatchString(id) {
+	if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(id) {
 		t.Fatalf("create printed %q, want a sandbox id", out)
 	}
 	if _, _, errs := cli(t, "", nil, "sandbox", "create", "--label", "project=other"); errs != "" {
