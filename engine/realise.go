@@ -38,7 +38,11 @@ type NixRealiser struct {
 	KVM       bool
 	KVMReason string
 	Gen       nixgen.Options
-	Stderr    io.Writer // Nix's progress output; nil discards it
+	// Share is how realisations are shared with other machines:
+	// substituters, remote builders, and a binary cache every closure
+	// realised here is pushed to, signed (docs/nix-cache.md).
+	Share  nixbuild.Sharing
+	Stderr io.Writer // Nix's progress output; nil discards it
 }
 
 // Realise builds the runner (vm) or package environment (namespace) of each
@@ -96,6 +100,7 @@ func (n *NixRealiser) Realise(ctx context.Context, steps []workflow.Step) (map[s
 		UpdateLock: n.UpdateLock,
 		LockFile:   n.WorkflowPath + ".lock",
 		Steps:      owner,
+		Share:      n.Share,
 		Stderr:     n.Stderr,
 	})
 	if err != nil {
@@ -141,6 +146,18 @@ func (n *NixRealiser) Realise(ctx context.Context, steps []workflow.Step) (map[s
 	for _, s := range steps {
 		if _, ok := got[s.Name]; !ok {
 			return nil, &BuildError{Err: fmt.Errorf("step %q: nix build reported no output for it", s.Name)}
+		}
+	}
+	if n.Share.Push != "" {
+		paths := make([]string, len(outs))
+		for i, o := range outs {
+			paths[i] = o.Out
+		}
+		if err := nixbuild.Push(ctx, n.Share, "", "", paths); err != nil {
+			return nil, &BuildError{Err: err}
+		}
+		if n.Stderr != nil {
+			fmt.Fprintf(n.Stderr, "pushed the closures of %d realised paths, signed, to %s\n", len(paths), n.Share.Push)
 		}
 	}
 	return got, nil

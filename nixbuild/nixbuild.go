@@ -75,6 +75,13 @@ type Options struct {
 	// Steps maps attributes to the workflow steps they belong to; errors
 	// name the step.
 	Steps map[string]string
+	// Share is how builds are shared with other machines: substituters
+	// and their keys, remote builders, max-jobs (share.go). Its Push is
+	// Push's, after the build.
+	Share Sharing
+	// Store is the Nix store to build in (--store), "" for Nix's default
+	// one; tests build in stores of their own.
+	Store string
 	// Nix is the nix binary; empty means "nix" from PATH.
 	Nix string
 	// Stderr, when set, receives nix's stderr (progress, build logs) live.
@@ -106,6 +113,8 @@ type PathInfo struct {
 func buildArgs(flakeDir string, attrs []string, o Options) []string {
 	args := []string{"nix", "--extra-experimental-features", ExperimentalFeatures,
 		"build", "--json", "--no-link"}
+	args = append(args, storeArgs(o.Store)...)
+	args = append(args, o.Share.args()...)
 	if o.Offline {
 		args = append(args, "--offline")
 	}
@@ -121,10 +130,12 @@ func buildArgs(flakeDir string, attrs []string, o Options) []string {
 	return args
 }
 
-// pathInfoArgs is the argv of `nix path-info` listing the closure of paths.
-func pathInfoArgs(paths []string) []string {
+// pathInfoArgs is the argv of `nix path-info` listing the closure of
+// paths in store ("" for Nix's default).
+func pathInfoArgs(store string, paths []string) []string {
 	args := []string{"nix", "--extra-experimental-features", ExperimentalFeatures,
 		"path-info", "--json", "--recursive"}
+	args = append(args, storeArgs(store)...)
 	return append(args, paths...)
 }
 
@@ -146,6 +157,12 @@ func LookNix(nix string) (string, error) {
 func Build(ctx context.Context, flakeDir string, attrs []string, o Options) ([]Output, error) {
 	if len(attrs) == 0 {
 		return nil, errors.New("nix build: no attributes to build")
+	}
+	if err := o.Share.Check(); err != nil {
+		return nil, fmt.Errorf("nix build: %w", err)
+	}
+	if o.Offline && o.Share.Substitutes() {
+		return nil, errors.New("nix build: offline, yet substituters or remote builders are given: an offline build fetches nothing; drop one")
 	}
 	nix, err := LookNix(o.Nix)
 	if err != nil {
@@ -207,6 +224,11 @@ func Build(ctx context.Context, flakeDir string, attrs []string, o Options) ([]O
 
 // Closure lists every store path in the closure of paths, sorted by path.
 func Closure(ctx context.Context, paths []string) ([]PathInfo, error) {
+	return ClosureIn(ctx, "", paths)
+}
+
+// ClosureIn is Closure in the Nix store store ("" for Nix's default).
+func ClosureIn(ctx context.Context, store string, paths []string) ([]PathInfo, error) {
 	if len(paths) == 0 {
 		return nil, nil
 	}
@@ -214,7 +236,7 @@ func Closure(ctx context.Context, paths []string) ([]PathInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := run(ctx, nix, pathInfoArgs(paths), nil)
+	stdout, err := run(ctx, nix, pathInfoArgs(store, paths), nil)
 	if err != nil {
 		return nil, fmt.Errorf("list closure of %s: %w", strings.Join(paths, " "), err)
 	}

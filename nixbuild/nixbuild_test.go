@@ -36,6 +36,12 @@ func TestBuildArgs(t *testing.T) {
 			cat(base, []string{"--recreate-lock-file", "path:/gen/flake#a"})},
 		{"lock file alone does not freeze", []string{"a"}, Options{LockFile: "/w/ml.yaml.lock"},
 			cat(base, []string{"path:/gen/flake#a"})},
+		{"shared: substituters, keys, builders, no local jobs, a store", []string{"a"}, Options{Store: "/tmp/s", Share: Sharing{
+			Substituters: []string{"https://cache.example/a", "file:///srv/c"}, TrustedPublicKeys: []string{"k1:AAAA", "k2:BBBB"},
+			Builders: "ssh://b x86_64-linux", MaxJobs: "0", Push: "file:///srv/out"}},
+			cat(base, []string{"--store", "/tmp/s", "--option", "extra-substituters", "https://cache.example/a file:///srv/c",
+				"--option", "extra-trusted-public-keys", "k1:AAAA k2:BBBB", "--builders", "ssh://b x86_64-linux", "--max-jobs", "0",
+				"path:/gen/flake#a"})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := buildArgs("/gen/flake", tc.attrs, tc.o); !reflect.DeepEqual(got, tc.want) {
@@ -46,8 +52,13 @@ func TestBuildArgs(t *testing.T) {
 }
 
 func TestPathInfoArgs(t *testing.T) {
-	got := pathInfoArgs([]string{"/nix/store/a", "/nix/store/b"})
+	got := pathInfoArgs("", []string{"/nix/store/a", "/nix/store/b"})
 	want := []string{"nix", "--extra-experimental-features", "nix-command flakes", "path-info", "--json", "--recursive", "/nix/store/a", "/nix/store/b"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+	got = pathInfoArgs("/tmp/s", []string{"/nix/store/a"})
+	want = []string{"nix", "--extra-experimental-features", "nix-command flakes", "path-info", "--json", "--recursive", "--store", "/tmp/s", "/nix/store/a"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %q\nwant %q", got, want)
 	}

@@ -37,6 +37,7 @@ type applyOptions struct {
 	Accel      string
 	Verbose    bool
 	Policy     policyOptions
+	Share      nixShareFlags // substituters, builders, a cache to push to
 }
 
 // accelEnv is the environment variable that sets --accel's default, for
@@ -95,6 +96,7 @@ func (o *applyOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Accel, "accel", envOr(accelEnv, "auto"), "VM accelerator: auto (probe KVM), kvm, or tcg (software emulation); default from $"+accelEnv)
 	f.BoolVarP(&o.Verbose, "verbose", "v", false, "also print the detail behind notes, such as the KVM probe's qemu output")
 	o.Policy.AddFlags(f)
+	o.Share.AddFlags(f)
 }
 
 func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string) (err error) {
@@ -202,9 +204,14 @@ func applyWorkflow(ctx context.Context, stdio Stdio, opts applyOptions, r applyR
 	ctx, endTrace := ensureApplySpan(ctx, w) // rerun's; apply started its own
 	defer endTrace()
 	var events progress // made once the policy admits the run
+	share, err := opts.Share.Sharing()
+	if err != nil {
+		return nil, err
+	}
 	var realise engine.RealiseFunc
 	if host.Nix {
 		nr := &engine.NixRealiser{
+			Share:    share,
 			Workflow: w, WorkflowPath: path, FlakeDir: opts.Flake,
 			GenDir:  engine.GenDirFor(store.Dir(), w),
 			Offline: opts.Offline, UpdateLock: opts.UpdateLock,

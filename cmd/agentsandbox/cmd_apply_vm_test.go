@@ -133,3 +133,51 @@ steps:
 		t.Fatalf("failing job: exit %d, want %d\n%s\n%s", code, ExitStepFailed, out, stderr)
 	}
 }
+
+// TestApplyPushesClosure: apply --push-cache signs the closure it realised
+// and copies it to a binary cache another machine can substitute from
+// (nixbuild's TestRealNixSubstitution shows one doing so): every path of
+// the record's closure has a narinfo there, signed by the given key.
+func TestApplyPushesClosure(t *testing.T) {
+	flake := vmFlake(t, "hello")
+	dir := t.TempDir()
+	key := filepath.Join(dir, "key")
+	secret, err := exec.Command("nix", "--extra-experimental-features", "nix-command", "key", "generate-secret", "--key-name", "node-a-1").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wf := filepath.Join(dir, "vm.yaml")
+	os.WriteFile(wf, []byte("apiVersion: agentsandbox.dev/v1\nkind: Workflow\nname: vm-push\nsteps:\n  - name: hello\n    run: \"true\"\n    resources: {timeout: 2m}\n"), 0o644)
+	state, cache := filepath.Join(dir, "state"), filepath.Join(dir, "cache")
+	code, out, stderr := execute(t, "apply", "--isolation", "vm", "--flake", flake, "--offline", "--state-dir", state,
+		"--push-cache", "file://"+cache, "--signing-key", key, wf)
+	if code != ExitOK {
+		t.Fatalf("apply: exit %d\n%s\n%s", code, out, stderr)
+	}
+	if !strings.Contains(stderr, "signed, to file://"+cache) {
+		t.Errorf("apply did not say it pushed:\n%s", stderr)
+	}
+	s, _ := record.OpenStore(state)
+	rid, _ := record.ParseID(lastLine(out))
+	rec, err := s.Get(rid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Steps[0].Closure) == 0 {
+		t.Fatal("the record has no closure")
+	}
+	for _, p := range rec.Steps[0].Closure {
+		hash, _, _ := strings.Cut(filepath.Base(p.Path), "-")
+		ni, err := os.ReadFile(filepath.Join(cache, hash+".narinfo"))
+		if err != nil {
+			t.Errorf("%s is not in the cache: %v", p.Path, err)
+			continue
+		}
+		if !strings.Contains(string(ni), "\nSig: node-a-1:") || !strings.Contains(string(ni), "StorePath: "+p.Path+"\n") {
+			t.Errorf("%s.narinfo is not signed by node-a-1:\n%s", hash, ni)
+		}
+	}
+}

@@ -52,6 +52,7 @@ type serveOptions struct {
 	MaxSnapshotBytes   string
 	SnapshotStoreBytes string
 	Policy             policyOptions
+	Share              nixShareFlags // substituters, builders, a cache to push to
 }
 
 // socketName is the server's default unix socket in the state directory,
@@ -338,6 +339,10 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (_ san
 		}
 		opts.Templates = abs
 	}
+	share, err := opts.Share.Sharing()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	store, err := openStore(opts.StateDir)
 	if err != nil {
 		return nil, nil, nil, err
@@ -398,7 +403,7 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (_ san
 	}
 	if host.Nix {
 		mo.Realiser = func(w *workflow.Workflow, path string) engine.RealiseFunc {
-			nr := &engine.NixRealiser{Workflow: w, WorkflowPath: path, GenDir: engine.GenDirFor(store.Dir(), w), KVM: host.KVMUsable, KVMReason: host.KVMReason, Stderr: io.Discard}
+			nr := &engine.NixRealiser{Workflow: w, WorkflowPath: path, GenDir: engine.GenDirFor(store.Dir(), w), KVM: host.KVMUsable, KVMReason: host.KVMReason, Share: share, Stderr: io.Discard}
 			return nr.Realise
 		}
 	}
@@ -491,4 +496,5 @@ func (opts *serveOptions) addManagerFlags(f *pflag.FlagSet) {
 	f.StringVar(&opts.MaxSnapshotBytes, "max-snapshot-bytes", workflow.FormatSize(sandboxes.DefaultMaxSnapshotBytes), "most bytes the snapshots of one sandbox hold (their NARs: every byte of every file, sparse holes too)")
 	f.StringVar(&opts.SnapshotStoreBytes, "snapshot-store-bytes", workflow.FormatSize(sandboxes.DefaultSnapshotStoreBytes), "most bytes the snapshots of every running sandbox hold together")
 	opts.Policy.AddFlags(f)
+	opts.Share.AddFlags(f)
 }
