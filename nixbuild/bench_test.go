@@ -1,9 +1,18 @@
 package nixbuild
 
 import (
+	"bytes"
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/agentsandbox/agentsandbox/internal/testtier"
 )
 
 // BenchmarkRealise measures a first build of a fresh flake (new nonce, so
@@ -54,4 +63,64 @@ func BenchmarkRealise(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkShare is a second machine getting a closure: "build" realises a
+// fresh flake in an empty store of its own (A's cost), "substitute" gets
+// the same closure, which A pushed signed to a file:// cache served over
+// loopback HTTP, into another empty store with --max-jobs 0 (B's cost).
+// Both start from empty stores, so both copy the flake's inputs first.
+// Results are in docs/benchmarks.md under "Sharing closures".
+func BenchmarkShare(b *testing.B) {
+	testtier.Root(b)
+	ctx := context.Background()
+	b.Setenv("NIX_CONFIG", "substituters =\nnarinfo-cache-negative-ttl = 0")
+	dir := b.TempDir()
+	keyFile := filepath.Join(dir, "key")
+	secret, err := exec.Command("nix", "--extra-experimental-features", ExperimentalFeatures, "key", "generate-secret", "--key-name", "bench-1").Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, secret, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command("nix", "--extra-experimental-features", ExperimentalFeatures, "key", "convert-secret-to-public")
+	cmd.Stdin = bytes.NewReader(secret)
+	pub, err := cmd.Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cache := filepath.Join(dir, "cache")
+	srv := httptest.NewServer(http.FileServer(http.Dir(cache)))
+	defer srv.Close()
+	attrs := []string{attrTree}
+	share := Sharing{Push: "file://" + cache, SigningKeyFile: keyFile}
+	subst := Sharing{Substituters: []string{srv.URL}, TrustedPublicKeys: []string{strings.TrimSpace(string(pub))}, MaxJobs: "0"}
+	var build, substitute time.Duration
+	n := 0
+	for b.Loop() {
+		b.StopTimer()
+		fx := newFixture(b)
+		storeA, storeB := b.TempDir(), b.TempDir()
+		b.StartTimer()
+		t0 := time.Now()
+		outs, err := Build(ctx, fx.flakeDir, attrs, Options{Store: storeA, LockFile: fx.lock})
+		if err != nil {
+			b.Fatal(err)
+		}
+		build += time.Since(t0)
+		b.StopTimer()
+		if err := Push(ctx, share, "", storeA, []string{outs[0].Out}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		t0 = time.Now()
+		if _, err := Build(ctx, fx.flakeDir, attrs, Options{Store: storeB, LockFile: fx.lock, Share: subst}); err != nil {
+			b.Fatal(err)
+		}
+		substitute += time.Since(t0)
+		n++
+	}
+	b.ReportMetric(float64(build.Milliseconds())/float64(n), "build-ms")
+	b.ReportMetric(float64(substitute.Milliseconds())/float64(n), "substitute-ms")
 }
