@@ -22,7 +22,7 @@
       forAllSystems = f: lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
 
       version = "0.1.0-${self.shortRev or "dirty"}";
-      vendorHash = "sha256-6aon/R+AeTX1GYIZ2suCrMnhAkxjSXH9giXJI04Z3o8=";
+      vendorHash = "sha256-O4SzaVzW7vMddJIdSr942uyHDMlr/MOwddka8DpSpLo=";
       src = lib.cleanSource ./.;
 
       goPackage = pkgs: { pname, subPackages, description }:

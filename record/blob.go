@@ -317,3 +317,22 @@ func (s *Store) refPath(kind, key string) (string, error) {
 	}
 	return filepath.Join(s.dir, "refs", kind, key), nil
 }
+
+// openBlobFile opens blob d for reading as it is stored, without
+// verifying it, and returns its size (Push, whose remote checks the bytes).
+func (s *Store) openBlobFile(d Digest) (*os.File, int64, error) {
+	path := s.BlobPath(d)
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, fmt.Errorf("open blob %s: %w (expected at %s)", d, ErrBlobMissing, path)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("open blob %s: %w", d, err)
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, 0, fmt.Errorf("open blob %s: %s is not a regular file", d, path)
+	}
+	return f, fi.Size(), nil
+}

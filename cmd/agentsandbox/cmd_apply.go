@@ -30,6 +30,7 @@ type applyOptions struct {
 	Jobs       int
 	JSON       bool
 	StateDir   string
+	Store      string // the shared store's URL (--store)
 	Flake      string
 	Offline    bool
 	UpdateLock bool
@@ -90,6 +91,7 @@ func (o *applyOptions) AddFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.Jobs, "jobs", runtime.NumCPU(), "how many independent steps run at once")
 	f.BoolVar(&o.JSON, "json", false, "print progress as JSON lines (one event per line) instead of text")
 	f.StringVar(&o.StateDir, "state-dir", "", "where records, blobs and run directories live (default $XDG_STATE_HOME/agentsandbox, /var/lib/agentsandbox for root)")
+	addStoreFlag(f, &o.Store)
 	f.StringVar(&o.Flake, "flake", "", "realise steps from this flake directory instead of generating one (for example an edited 'render' output)")
 	f.BoolVar(&o.Offline, "offline", false, "pass --offline to Nix")
 	f.BoolVar(&o.UpdateLock, "update-lock", false, "refresh FILE.lock, the pinned flake inputs, on purpose")
@@ -124,11 +126,15 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 	if err != nil {
 		return err
 	}
+	remote, err := openRemote(opts.Store)
+	if err != nil {
+		return err
+	}
 	var parent *record.ID
 	if opts.Parent != "" {
-		id, err := store.Resolve(opts.Parent)
+		id, err := resolveShared(ctx, stdio.Err, store, remote, opts.Parent)
 		if err != nil {
-			return invalid(fmt.Errorf("--parent: %w", err))
+			return fmt.Errorf("--parent: %w", err)
 		}
 		parent = &id
 	}
@@ -143,7 +149,7 @@ func runApply(ctx context.Context, stdio Stdio, opts applyOptions, args []string
 	fetcher := &inputs.Fetcher{Store: store, Limits: inputs.DefaultLimits, AllowOutside: opts.Policy.AllowOutsideInputs}
 	_, err = applyWorkflow(ctx, stdio, opts, applyRun{
 		Path: path, Workflow: w, Raw: raw, Isolation: iso,
-		Store: store, Parent: parent, Host: host, Policy: pol,
+		Store: store, Remote: remote, Parent: parent, Host: host, Policy: pol,
 		Fetch: fetchFrom(fetcher, filepath.Dir(path)),
 	})
 	return err
@@ -187,6 +193,7 @@ type applyRun struct {
 	Raw       []byte // the file's exact bytes
 	Isolation workflow.Isolation
 	Store     *record.Store
+	Remote    record.Remote // the shared store the record is pushed to; nil: none
 	Parent    *record.ID
 	Host      engine.Host
 	Policy    *policy.CachedEngine
@@ -283,11 +290,24 @@ func applyWorkflow(ctx context.Context, stdio Stdio, opts applyOptions, r applyR
 	if res != nil {
 		fmt.Fprintln(stdio.Out, res.ID)
 	}
+	var pushErr error
+	if res != nil && r.Remote != nil {
+		// The record is durable here whatever happens to the push.
+		if pushErr = pushRecord(ctx, stdio.Err, store, r.Remote, res.ID); pushErr != nil {
+			pushErr = fmt.Errorf("%w\nthe record is kept in %s; send it later with: agentsandbox records push %s --store URL", pushErr, store.Dir(), res.ID)
+		}
+	}
 	if runErr != nil {
 		return res, interrupted(runErr)
 	}
 	if !res.Succeeded() {
+		if pushErr != nil {
+			fmt.Fprintf(stdio.Err, "agentsandbox: %v\n", pushErr)
+		}
 		return res, reported(errStepFailed)
+	}
+	if pushErr != nil {
+		return res, pushErr
 	}
 	return res, nil
 }

@@ -18,6 +18,7 @@ import (
 
 type recordsOptions struct {
 	StateDir string
+	Store    string // the shared store's URL (--store)
 	JSON     bool
 	To       string
 	// Attestation and Key: records verify also checks this attestation
@@ -41,6 +42,7 @@ in Nix base32. IDs may be abbreviated to a unique prefix, like git's.` + exitSta
   agentsandbox records diff 1b9x 0zq4`,
 	}
 	cmd.PersistentFlags().StringVar(&opts.StateDir, "state-dir", "", "where records and blobs live (default $XDG_STATE_HOME/agentsandbox, /var/lib/agentsandbox for root)")
+	addStoreFlag(cmd.PersistentFlags(), &opts.Store)
 	list := &cobra.Command{
 		Use: "list", Short: "List runs, newest first", Args: cobra.NoArgs,
 		Long:    "list prints one line per record, newest first: id, workflow, status, start and duration.\nA record that fails its hash check is listed as unreadable." + exitStatusHelp,
@@ -90,10 +92,11 @@ the files and NAR hashes of the record's outputs in the store now.` + exitStatus
 	}
 	export.Flags().StringVar(&opts.To, "to", "", "directory to restore into (required)")
 	net := newRecordsNetCmd(stdio, &opts)
-	for _, c := range []*cobra.Command{list, show, verify, export, net} {
+	push, pull := newRecordsPushCmd(stdio, &opts), newRecordsPullCmd(stdio, &opts)
+	for _, c := range []*cobra.Command{list, show, verify, export, net, push, pull} {
 		c.Args = wrapArgs(c.Args)
 	}
-	cmd.AddCommand(list, show, verify, export, net)
+	cmd.AddCommand(list, show, verify, export, net, push, pull)
 	cmd.AddCommand(newRecordsDiffCmd(stdio, &opts))
 	attest := newRecordsAttestCmd(stdio, &opts)
 	attest.Args = wrapArgs(attest.Args)
@@ -101,14 +104,20 @@ the files and NAR hashes of the record's outputs in the store now.` + exitStatus
 	return cmd
 }
 
-func resolveRecord(opts recordsOptions, prefix string) (*record.Store, record.ID, error) {
+// resolveRecord opens the state directory and resolves prefix there, or
+// in the shared store (--store), pulling the record it names.
+func resolveRecord(ctx context.Context, stdio Stdio, opts recordsOptions, prefix string) (*record.Store, record.ID, error) {
 	s, err := openStore(opts.StateDir)
 	if err != nil {
 		return nil, record.ID{}, err
 	}
-	id, err := s.Resolve(prefix)
+	rm, err := openRemote(opts.Store)
 	if err != nil {
-		return nil, id, invalid(err)
+		return nil, record.ID{}, err
+	}
+	id, err := resolveShared(ctx, stdio.Err, s, rm, prefix)
+	if err != nil {
+		return nil, id, err
 	}
 	return s, id, nil
 }
@@ -135,8 +144,8 @@ func runRecordsList(_ context.Context, stdio Stdio, opts recordsOptions) error {
 	return tw.Flush()
 }
 
-func runRecordsShow(_ context.Context, stdio Stdio, opts recordsOptions, args []string) error {
-	s, id, err := resolveRecord(opts, args[0])
+func runRecordsShow(ctx context.Context, stdio Stdio, opts recordsOptions, args []string) error {
+	s, id, err := resolveRecord(ctx, stdio, opts, args[0])
 	if err != nil {
 		return err
 	}
@@ -226,7 +235,7 @@ func runRecordsVerify(ctx context.Context, stdio Stdio, opts recordsOptions, arg
 	if (opts.Attestation == "") != (opts.Key == "") {
 		return invalidf("records verify: --attestation FILE and --key PUB go together")
 	}
-	s, id, err := resolveRecord(opts, args[0])
+	s, id, err := resolveRecord(ctx, stdio, opts, args[0])
 	if err != nil {
 		return err
 	}
@@ -256,8 +265,8 @@ func runRecordsVerify(ctx context.Context, stdio Stdio, opts recordsOptions, arg
 	return err
 }
 
-func runRecordsExport(_ context.Context, stdio Stdio, opts recordsOptions, args []string) error {
-	s, id, err := resolveRecord(opts, args[0])
+func runRecordsExport(ctx context.Context, stdio Stdio, opts recordsOptions, args []string) error {
+	s, id, err := resolveRecord(ctx, stdio, opts, args[0])
 	if err != nil {
 		return err
 	}

@@ -71,7 +71,7 @@ func runRecordsAttest(ctx context.Context, stdio Stdio, opts recordsAttestOption
 	if err != nil {
 		return invalid(fmt.Errorf("--key %s: %w", opts.Key, err))
 	}
-	s, id, err := resolveRecord(opts.recordsOptions, args[0])
+	s, id, err := resolveRecord(ctx, stdio, opts.recordsOptions, args[0])
 	if err != nil {
 		return err
 	}

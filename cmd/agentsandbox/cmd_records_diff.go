@@ -46,14 +46,18 @@ when they do.` + exitStatusHelp,
 	return cmd
 }
 
-func runRecordsDiff(_ context.Context, stdio Stdio, opts recordsDiffOptions, args []string) error {
-	s, a, err := resolveRecord(opts.recordsOptions, args[0])
+func runRecordsDiff(ctx context.Context, stdio Stdio, opts recordsDiffOptions, args []string) error {
+	s, a, err := resolveRecord(ctx, stdio, opts.recordsOptions, args[0])
 	if err != nil {
 		return err
 	}
-	b, err := s.Resolve(args[1])
+	rm, err := openRemote(opts.Store)
 	if err != nil {
-		return invalid(err)
+		return err
+	}
+	b, err := resolveShared(ctx, stdio.Err, s, rm, args[1])
+	if err != nil {
+		return err
 	}
 	d, err := s.DiffRecords(a, b)
 	if errors.Is(err, record.ErrHashMismatch) {

@@ -45,8 +45,8 @@ verified as they are read.` + exitStatusHelp,
 	return cmd
 }
 
-func runRecordsNet(_ context.Context, stdio Stdio, opts recordsNetOptions, args []string) error {
-	s, id, err := resolveRecord(opts.recordsOptions, args[0])
+func runRecordsNet(ctx context.Context, stdio Stdio, opts recordsNetOptions, args []string) error {
+	s, id, err := resolveRecord(ctx, stdio, opts.recordsOptions, args[0])
 	if err != nil {
 		return err
 	}

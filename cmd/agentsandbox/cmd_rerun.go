@@ -85,9 +85,13 @@ func runRerun(ctx context.Context, stdio Stdio, opts rerunOptions, args []string
 	if err != nil {
 		return err
 	}
-	id, err := store.Resolve(args[0])
+	remote, err := openRemote(opts.Apply.Store)
 	if err != nil {
-		return invalid(fmt.Errorf("rerun: %w", err))
+		return err
+	}
+	id, err := resolveShared(ctx, stdio.Err, store, remote, args[0])
+	if err != nil {
+		return fmt.Errorf("rerun: %w", err)
 	}
 	old, err := store.Get(id)
 	if err != nil {
@@ -176,7 +180,7 @@ func runRerun(ctx context.Context, stdio Stdio, opts rerunOptions, args []string
 	var cmpErr error
 	_, runErr := applyWorkflow(ctx, stdio, opts.Apply, applyRun{
 		Path: path, Workflow: w, Raw: raw, Isolation: iso,
-		Store: store, Parent: &id, Host: host, Policy: pol, Fetch: fetch,
+		Store: store, Remote: remote, Parent: &id, Host: host, Policy: pol, Fetch: fetch,
 		Report: func(res *engine.Result) {
 			cmp, cmpErr = compareRuns(store, w, id, old, res.Record)
 			if cmpErr != nil {
