@@ -152,7 +152,9 @@ func (s *Service) watchDir(w http.ResponseWriter, r *http.Request, b *box) {
 		return // the client went
 	}
 	s.logInternal(r, err)
-	if err != nil && sandboxes.CodeOf(err) == sandboxes.CodeConflict && s.stopped(ctx, b) {
+	// Once started, a conflict is only the sandbox stopping.
+	if err != nil && sandboxes.CodeOf(err) == sandboxes.CodeConflict && (started || s.stopped(ctx, b)) {
+		s.forget(b.id)
 		err = rpcErrorf(codeUnavailable, "sandbox %s is not running", b.id)
 	}
 	st.end(err)
