@@ -153,12 +153,23 @@ func (w *watcher) handle(top string, wd int32, mask uint32, name string, emit fu
 	var typ string
 	switch {
 	case mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
-		typ = "create"
+		if err := emit(FileEvent{Path: p, Type: "create"}); err != nil {
+			return err
+		}
 		if isDir && w.recursive {
-			if err := w.addTree(p); err != nil {
+			// What was made in it before its watch was in place is
+			// reported as made now.
+			var found []string
+			if err := w.addTree(p, &found); err != nil {
 				return err
 			}
+			for _, f := range found {
+				if err := emit(FileEvent{Path: f, Type: "create"}); err != nil {
+					return err
+				}
+			}
 		}
+		return nil
 	case mask&unix.IN_MODIFY != 0:
 		typ = "write"
 	case mask&unix.IN_DELETE != 0:
@@ -179,7 +190,7 @@ func (w *watcher) handle(top string, wd int32, mask uint32, name string, emit fu
 // add watches the directory rel, and with recursive what is beneath it.
 func (w *watcher) add(rel string) error {
 	if w.recursive {
-		return w.addTree(rel)
+		return w.addTree(rel, nil)
 	}
 	return w.addOne(rel)
 }
@@ -227,8 +238,9 @@ func (w *watcher) addOne(rel string) error {
 }
 
 // addTree watches rel and the directories beneath it (never through a
-// symlink: a symlink is an entry, not a directory).
-func (w *watcher) addTree(rel string) error {
+// symlink: a symlink is an entry, not a directory), adding the paths it
+// finds beneath rel to found if not nil.
+func (w *watcher) addTree(rel string, found *[]string) error {
 	if err := w.addOne(rel); err != nil {
 		return err
 	}
@@ -238,8 +250,11 @@ func (w *watcher) addTree(rel string) error {
 	}
 	for _, n := range names {
 		p := path.Join(rel, n)
+		if found != nil {
+			*found = append(*found, p)
+		}
 		if info, err := w.root.Lstat(p); err == nil && info.Kind == jobfs.Dir {
-			if err := w.addTree(p); err != nil {
+			if err := w.addTree(p, found); err != nil {
 				return err
 			}
 		}
