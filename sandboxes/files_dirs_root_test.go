@@ -140,3 +140,15 @@ func testDirsMoveWatch(t *testing.T, m Manager, store *record.Store, id string) 
 		t.Errorf("the move's action: %+v %v", a, err)
 	}
 }
+
+// TestVMMakeDirMoveWatch is the same in a VM sandbox (vm tier), whose
+// workspace is the host directory its 9p share serves: the host's watch
+// sees the guest's changes.
+func TestVMMakeDirMoveWatch(t *testing.T) {
+	m, store, _ := newVMManager(t)
+	info, err := m.Create(context.Background(), Spec{Template: "vm.yaml#box"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testDirsMoveWatch(t, m, store, info.ID)
+}
