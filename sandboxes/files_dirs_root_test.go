@@ -93,21 +93,27 @@ func testDirsMoveWatch(t *testing.T, m Manager, store *record.Store, id string) 
 	case err := <-done:
 		t.Fatalf("watch: %v", err)
 	}
-	collect(t, m, id, ExecRequest{Shell: "mkdir w/sub && echo hi > w/sub/f && chmod 600 w/sub/f && mv w/sub/f w/g && rm w/g"})
-	want := []string{"create w/sub", "create w/sub/f", "write w/sub/f", "chmod w/sub/f", "rename w/sub/f", "create w/g", "remove w/g"}
 	var got []string
-	for len(want) > 0 {
-		select {
-		case ev := <-evs:
-			s := ev.Type + " " + ev.Path
-			got = append(got, s)
-			if s == want[0] {
-				want = want[1:]
+	wait := func(want ...string) {
+		t.Helper()
+		for len(want) > 0 {
+			select {
+			case ev := <-evs:
+				s := ev.Type + " " + ev.Path
+				got = append(got, s)
+				if s == want[0] {
+					want = want[1:]
+				}
+			case <-wctx.Done():
+				t.Fatalf("waiting for %q; got %q", want, got)
 			}
-		case <-wctx.Done():
-			t.Fatalf("waiting for %q; got %q", want, got)
 		}
 	}
+	// w/sub's own watch is in place once its create is reported.
+	collect(t, m, id, ExecRequest{Shell: "mkdir w/sub"})
+	wait("create w/sub")
+	collect(t, m, id, ExecRequest{Shell: "echo hi > w/sub/f && chmod 600 w/sub/f && mv w/sub/f w/g && rm w/g"})
+	wait("create w/sub/f", "write w/sub/f", "chmod w/sub/f", "rename w/sub/f", "create w/g", "remove w/g")
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("watch ended: %v", err)

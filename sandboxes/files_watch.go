@@ -153,20 +153,18 @@ func (w *watcher) handle(top string, wd int32, mask uint32, name string, emit fu
 	var typ string
 	switch {
 	case mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
-		if err := emit(FileEvent{Path: p, Type: "create"}); err != nil {
-			return err
-		}
+		// A new directory is watched before its create is reported, and
+		// what was made in it before its watch was in place is reported
+		// as made now.
+		found := []string{p}
 		if isDir && w.recursive {
-			// What was made in it before its watch was in place is
-			// reported as made now.
-			var found []string
 			if err := w.addTree(p, &found); err != nil {
 				return err
 			}
-			for _, f := range found {
-				if err := emit(FileEvent{Path: f, Type: "create"}); err != nil {
-					return err
-				}
+		}
+		for _, f := range found {
+			if err := emit(FileEvent{Path: f, Type: "create"}); err != nil {
+				return err
 			}
 		}
 		return nil
