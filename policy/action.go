@@ -41,6 +41,9 @@ const (
 	ActionFileWrite = "file_write"
 	ActionFileList  = "file_list"
 	ActionRemove    = "file_remove"
+	ActionMkdir     = "file_mkdir"
+	ActionMove      = "file_move" // path is the source, destination the target
+	ActionWatch     = "file_watch"
 	ActionSnapshot  = "snapshot"
 	ActionRestore   = "restore"
 	// ActionRunWorkflow is a whole workflow run by the server (the MCP
@@ -67,6 +70,8 @@ type Action struct {
 	EnvNames []string `json:"env_names,omitempty"`
 	// file actions: the workspace-relative path.
 	Path string `json:"path,omitempty"`
+	// file_move: the workspace-relative path moved to.
+	Destination string `json:"destination,omitempty"`
 	// create: the canonical step the sandbox would run.
 	Step any `json:"step,omitempty"`
 	// run_workflow: the workflow.

@@ -70,7 +70,7 @@ type Sandbox struct {
 type Entry struct {
 	Seq    int       `json:"seq"`
 	Time   time.Time `json:"time"`
-	Kind   string    `json:"kind"` // exec, file_put, file_remove, snapshot, restore
+	Kind   string    `json:"kind"` // exec, file_put, file_remove, file_mkdir, file_move, snapshot, restore
 	Digest Digest    `json:"digest"`
 	// Summary is a one-line description for people (records show).
 	Summary string `json:"summary"`
@@ -106,6 +106,8 @@ type Action struct {
 	Path string  `json:"path,omitempty"`
 	File *Digest `json:"file,omitempty"`
 	Size int64   `json:"size,omitempty"`
+	// file_move: the path moved to (Path is where it was).
+	Destination string `json:"destination,omitempty"`
 	// network: the sandbox's network.allow from then on, after a grant
 	// or a revoke.
 	Network []string `json:"network,omitempty"`

@@ -206,6 +206,13 @@ type FileInfo struct {
 	Size    int64     `json:"size"`
 	Mode    string    `json:"mode"` // octal permission bits, such as "0644"
 	ModTime time.Time `json:"modTime"`
+	// Owner and Group are the entry's owner as the sandbox names them:
+	// "user" for the job's uid and gid, "root" for 0, the number
+	// otherwise.
+	Owner string `json:"owner,omitempty"`
+	Group string `json:"group,omitempty"`
+	// SymlinkTarget is a symlink's target as written, never resolved.
+	SymlinkTarget string `json:"symlinkTarget,omitempty"`
 	// SHA256 is the hex SHA-256 of a file just written (Put) or of the
 	// bytes of one just read (Get: the server sends it as the trailer
 	// X-Agentsandbox-Sha256).
@@ -289,6 +296,12 @@ type Manager interface {
 	Stat(ctx context.Context, id, path string) (FileInfo, error)
 	ListFiles(ctx context.Context, id, dir string) ([]FileInfo, error)
 	RemoveFile(ctx context.Context, id, path string, recursive bool) error
+	MakeDir(ctx context.Context, id, path string, mode uint32) (FileInfo, error)
+	Move(ctx context.Context, id, from, to string) (FileInfo, error)
+	// WatchDir calls emit for each change under dir (beneath it too with
+	// recursive) until ctx ends, the sandbox stops or emit fails; ready
+	// is called once the watch is in place.
+	WatchDir(ctx context.Context, id, dir string, recursive bool, ready func(), emit func(FileEvent) error) error
 
 	// Snapshot stores the workspace as a content-addressed tree;
 	// Snapshots lists those taken of the sandbox; Restore replaces the

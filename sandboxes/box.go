@@ -37,6 +37,8 @@ type box struct {
 
 	netMu sync.Mutex // one network.allow change at a time (network.go)
 
+	watchers, watchedDirs int // directory watches and the directories they hold (files_watch.go)
+
 	journal *os.File // journal.go; nil once the record is written
 }
 

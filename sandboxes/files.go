@@ -86,11 +86,20 @@ func (m *manager) root(ctx context.Context, id, action, p string) (*box, *jobfs.
 	if err != nil {
 		return nil, nil, "", err
 	}
-	r, err := jobfs.Open(b.workspacePath())
+	r, err := openRoot(b)
 	if err != nil {
-		return nil, nil, "", fsError(".", err)
+		return nil, nil, "", err
 	}
 	return b, r, decision, nil
+}
+
+// openRoot opens b's workspace as a jobfs root.
+func openRoot(b *box) (*jobfs.Root, error) {
+	r, err := jobfs.Open(b.workspacePath())
+	if err != nil {
+		return nil, fsError(".", err)
+	}
+	return r, nil
 }
 
 func fileInfo(p string, i jobfs.Info) FileInfo {
@@ -103,7 +112,8 @@ func fileInfo(p string, i jobfs.Info) FileInfo {
 	case jobfs.Symlink:
 		t = "symlink"
 	}
-	return FileInfo{Path: p, Type: t, Size: i.Size, Mode: fmt.Sprintf("%04o", uint32(i.Mode.Perm())), ModTime: i.ModTime}
+	return FileInfo{Path: p, Type: t, Size: i.Size, Mode: fmt.Sprintf("%04o", uint32(i.Mode.Perm())), ModTime: i.ModTime,
+		Owner: idName(i.UID, guest.DefaultUID), Group: idName(i.GID, guest.DefaultGID), SymlinkTarget: i.Target}
 }
 
 func (m *manager) PutFile(ctx context.Context, id, p string, r io.Reader, mode uint32) (FileInfo, error) {

@@ -79,6 +79,8 @@ type Info struct {
 	Target string
 	// ModTime is the last modification time.
 	ModTime time.Time
+	// UID and GID own the entry (numbers, as the file system has them).
+	UID, GID uint32
 }
 
 // Root is a directory the host chose (a workspace, a control directory)
@@ -170,7 +172,7 @@ func (r *Root) pathInfo(rel string) (Info, int, error) {
 	if err != nil {
 		return Info{}, -1, err
 	}
-	info := Info{Mode: fs.FileMode(st.Mode & 0o777), ModTime: time.Unix(st.Mtim.Unix()).UTC()}
+	info := Info{Mode: fs.FileMode(st.Mode & 0o777), ModTime: time.Unix(st.Mtim.Unix()).UTC(), UID: st.Uid, GID: st.Gid}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		info.Kind, info.Size = File, st.Size

@@ -148,35 +148,7 @@ func (t *Restorer) Create(rel string, perm fs.FileMode) (io.WriteCloser, error) 
 // (renameat2 RENAME_NOREPLACE); an existing to is an error wrapping
 // fs.ErrExist. Neither name's last component is followed: a rename moves
 // the entry itself.
-func (t *Restorer) Rename(from, to string) error {
-	ofd, obase, err := t.root.parent(from)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(ofd)
-	nfd, nbase, err := t.root.parent(to)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(nfd)
-	err = unix.Renameat2(ofd, obase, nfd, nbase, unix.RENAME_NOREPLACE)
-	if errors.Is(err, unix.EINVAL) {
-		// A file system without RENAME_NOREPLACE (NFS, some FUSE). A
-		// plain rename never follows a symlink either, so the only race
-		// left is someone else creating to meanwhile, and their entry,
-		// not what it points to, would be replaced.
-		var exists bool
-		if exists, err = t.Exists(to); err == nil && exists {
-			err = unix.EEXIST
-		} else if err == nil {
-			err = unix.Renameat(ofd, obase, nfd, nbase)
-		}
-	}
-	if err != nil {
-		return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
-	}
-	return nil
-}
+func (t *Restorer) Rename(from, to string) error { return t.root.Rename(from, to) }
 
 // RemoveAll removes rel and everything beneath it, never following a
 // symlink (one is removed itself). A missing rel is not an error.

@@ -181,3 +181,73 @@ func (r *Root) Symlink(target, rel string, uid, gid int) error {
 	}
 	return nil
 }
+
+// Rename moves from to to, both beneath the root. to is never replaced
+// (renameat2 RENAME_NOREPLACE); an existing to is an error wrapping
+// fs.ErrExist. Neither name's last component is followed: a rename moves
+// the entry itself. The parents of both are reached without a symlink.
+func (r *Root) Rename(from, to string) error {
+	ofd, obase, err := r.parent(from)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(ofd)
+	nfd, nbase, err := r.parent(to)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(nfd)
+	err = unix.Renameat2(ofd, obase, nfd, nbase, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) {
+		// A file system without RENAME_NOREPLACE (NFS, some FUSE), or a
+		// directory moved into itself. A plain rename never follows a
+		// symlink either, so the only race left is someone else creating
+		// to meanwhile, and their entry, not what it points to, would be
+		// replaced.
+		if _, lerr := r.Lstat(to); lerr == nil {
+			err = unix.EEXIST
+		} else if errors.Is(lerr, fs.ErrNotExist) {
+			err = unix.Renameat(ofd, obase, nfd, nbase)
+		} else {
+			err = lerr
+		}
+	}
+	if err != nil {
+		return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
+	}
+	return nil
+}
+
+// Mkdir makes the directory rel (its parent must exist), owned by uid:gid
+// with perm; an existing rel, whatever it is, is an error wrapping
+// fs.ErrExist.
+func (r *Root) Mkdir(rel string, perm fs.FileMode, uid, gid int) error {
+	pfd, base, err := r.parent(rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	if err := unix.Mkdirat(pfd, base, uint32(perm)); err != nil {
+		return &fs.PathError{Op: "mkdir", Path: rel, Err: err}
+	}
+	if err := unix.Fchownat(pfd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &fs.PathError{Op: "chown", Path: rel, Err: err}
+	}
+	return nil
+}
+
+// OpenDir opens the directory rel beneath the root with O_PATH, never
+// through a symlink, for the caller to watch through /proc/self/fd: the
+// descriptor is the directory itself, whatever is renamed on the way
+// later. The caller closes it.
+func (r *Root) OpenDir(rel string) (*os.File, error) {
+	rel, err := clean(rel)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := r.openat(rel, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(r.name, rel)), nil
+}

@@ -70,6 +70,8 @@ var unary = map[string]func(s *Service, ctx context.Context, b *box, r *http.Req
 	"/filesystem.Filesystem/Stat":    (*Service).stat,
 	"/filesystem.Filesystem/ListDir": (*Service).listDir,
 	"/filesystem.Filesystem/Remove":  (*Service).remove,
+	"/filesystem.Filesystem/MakeDir": (*Service).makeDir,
+	"/filesystem.Filesystem/Move":    (*Service).move,
 }
 
 // streams are the server streams: the SDK reads their errors from the
@@ -88,6 +90,9 @@ func (s *Service) rpc(w http.ResponseWriter, r *http.Request, id, path string) {
 		return
 	case "/process.Process/Connect":
 		s.reattach(w, r, b)
+		return
+	case "/filesystem.Filesystem/WatchDir":
+		s.watchDir(w, r, b)
 		return
 	}
 	if streams[path] {

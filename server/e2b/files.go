@@ -69,7 +69,8 @@ func sandboxPath(rel string) string {
 func entryOf(fi sandboxes.FileInfo) entryInfo {
 	perm, _ := strconv.ParseUint(fi.Mode, 8, 32)
 	mode := fs.FileMode(perm) & fs.ModePerm
-	e := entryInfo{Name: path.Base(sandboxPath(fi.Path)), Path: sandboxPath(fi.Path), Size: int64s(fi.Size), Mode: uint32(mode)}
+	e := entryInfo{Name: path.Base(sandboxPath(fi.Path)), Path: sandboxPath(fi.Path), Size: int64s(fi.Size), Mode: uint32(mode),
+		Owner: fi.Owner, Group: fi.Group, SymlinkTarget: fi.SymlinkTarget}
 	switch fi.Type {
 	case "file":
 		e.Type = fileTypeFile
@@ -201,10 +202,6 @@ func (s *Service) files(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	q := r.URL.Query()
-	if q.Get("signature") != "" {
-		filesError(w, rpcErrorf(codeUnimplemented, "signed file URLs (uploadUrl, downloadUrl) are not built yet in agentsandbox's E2B transport: send X-Access-Token"))
-		return
-	}
 	var err error
 	switch r.Method {
 	case http.MethodGet:

@@ -118,15 +118,16 @@ const (
 )
 
 type entryInfo struct {
-	Name         string `json:"name"`
-	Type         string `json:"type"`
-	Path         string `json:"path"`
-	Size         int64s `json:"size"`
-	Mode         uint32 `json:"mode"`
-	Permissions  string `json:"permissions"`
-	Owner        string `json:"owner,omitempty"`
-	Group        string `json:"group,omitempty"`
-	ModifiedTime string `json:"modifiedTime,omitempty"`
+	Name          string `json:"name"`
+	Type          string `json:"type"`
+	Path          string `json:"path"`
+	Size          int64s `json:"size"`
+	Mode          uint32 `json:"mode"`
+	Permissions   string `json:"permissions"`
+	Owner         string `json:"owner,omitempty"`
+	Group         string `json:"group,omitempty"`
+	ModifiedTime  string `json:"modifiedTime,omitempty"`
+	SymlinkTarget string `json:"symlinkTarget,omitempty"`
 }
 
 // int64s is an int64, which protobuf's JSON writes as a string.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/agentsandbox/agentsandbox/sandboxes"
 	"github.com/agentsandbox/agentsandbox/server"
@@ -158,6 +159,12 @@ func (s *Service) authenticateEnvd(r *http.Request) (sandboxes.Identity, bool, e
 		return sandboxes.Identity{}, false, sandboxes.Errorf(sandboxes.CodeNotFound, "sandbox %q is not running (or has no envd access token: Sandbox.connect gives one)", id)
 	}
 	tok := r.Header.Get("X-Access-Token")
+	if tok == "" && r.URL.Path == "/files" && r.URL.Query().Has("signature") {
+		if err := checkFileSignature(r, b.token, time.Now()); err != nil {
+			return sandboxes.Identity{}, false, err
+		}
+		return b.owner, false, nil
+	}
 	if tok == "" {
 		return sandboxes.Identity{}, false, sandboxes.Errorf(sandboxes.CodeAuth, "no X-Access-Token: send the envdAccessToken the control API returned when it created the sandbox")
 	}

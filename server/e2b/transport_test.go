@@ -212,8 +212,8 @@ func TestControlAndEnvd(t *testing.T) {
 		t.Fatalf("Stat of nothing: %d %s", code, b)
 	}
 	code, _, b = do(t, base, call{"POST", "/filesystem.Filesystem/Move", with(envd(c), "Content-Type", "application/json"), `{}`})
-	if code != http.StatusNotImplemented || !strings.Contains(string(b), `not built yet`) {
-		t.Fatalf("Move: %d %s", code, b)
+	if code != http.StatusBadRequest || !strings.Contains(string(b), `"code":"invalid_argument"`) {
+		t.Fatalf("Move of nothing: %d %s", code, b)
 	}
 
 	// Routes not built answer E2B's 501; kill ends the sandbox, and its
