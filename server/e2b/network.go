@@ -35,7 +35,7 @@ type networkUpdate struct {
 
 // openEgress is the network.allow of allow_internet_access: true without
 // allowOut: every IPv4 and IPv6 address on the web's ports.
-var openEgress = []string{"0.0.0.0/0:80", "0.0.0.0/0:443", "[::]/0:80", "[::]/0:443"}
+var openEgress = []string{"0.0.0.0/0:80", "0.0.0.0/0:443", "[::/0]:80", "[::/0]:443"}
 
 // allowList is the network.allow E2B's fields ask for; nil is no network.
 func allowList(internet *bool, allowOut, denyOut []string) ([]string, error) {
