@@ -50,6 +50,7 @@ func (s *Service) controlHandler() http.Handler {
 	handle("POST /sandboxes/{id}/snapshots", s.createSnapshot)
 	handle("GET /snapshots", s.listSnapshots)
 	handle("POST /sandboxes/{id}/fork", s.fork)
+	handle("PUT /sandboxes/{id}/network", s.updateNetwork)
 	for _, p := range notBuilt {
 		handle(p.pattern, func(w http.ResponseWriter, r *http.Request) error {
 			return &sandboxes.Error{Code: sandboxes.CodeUnsupport, Message: fmt.Sprintf("%s %s (%s) is not built yet in agentsandbox's E2B transport: docs/e2b.md lists what is", r.Method, r.URL.Path, p.what)}
@@ -75,7 +76,6 @@ var notBuilt = []struct{ pattern, what string }{
 	{"GET /v2/sandboxes/{id}/logs", "logs"},
 	{"POST /sandboxes/{id}/refreshes", "refresh"},
 	{"DELETE /templates/{id}", "Sandbox.deleteSnapshot (a sandbox's snapshots go when it stops)"},
-	{"PUT /sandboxes/{id}/network", "sandbox.updateNetwork"},
 }
 
 // writeControlError answers err as E2B's {code, message}.
@@ -106,7 +106,7 @@ func decodeBody(r *http.Request, v any) error {
 }
 
 // newSandbox is E2B's NewSandboxV2, the fields this server takes. The
-// others (network, autoPause, mcp, volumeMounts, ...) are refused by
+// others (autoPause, mcp, volumeMounts, ...) are refused by
 // decodeBody.
 type newSandbox struct {
 	TemplateID          string            `json:"templateID"`
@@ -115,6 +115,7 @@ type newSandbox struct {
 	EnvVars             map[string]string `json:"envVars,omitempty"`
 	AllowInternetAccess *bool             `json:"allow_internet_access,omitempty"`
 	Secure              *bool             `json:"secure,omitempty"`
+	Network             *sandboxNetwork   `json:"network,omitempty"`
 }
 
 // sandboxAnswer is E2B's Sandbox, the answer of a create.
@@ -164,8 +165,8 @@ func (n newSandbox) spec() (sandboxes.Spec, error) {
 	default:
 		return spec, badRequest("templateID %q: this server has template \"base\" (the default sandbox), the workflow steps of serve --templates, named FILE#STEP, and snapshots, sha256:<hex> (docs/e2b.md)", t)
 	}
-	if n.AllowInternetAccess != nil && *n.AllowInternetAccess {
-		return spec, &sandboxes.Error{Code: sandboxes.CodeUnsupport, Message: "allow_internet_access: true is not built yet in agentsandbox's E2B transport: its sandboxes have no network (create one with network.allow through the REST API, docs/api.md)"}
+	if err := n.network(&spec); err != nil {
+		return spec, err
 	}
 	secs := int64(DefaultTimeoutSeconds)
 	if n.Timeout != nil {

@@ -31,6 +31,17 @@ func (s *Service) serveEnvd(w http.ResponseWriter, r *http.Request) {
 		writeUnaryError(w, rpcErrorf(codeUnimplemented, "E2b-Sandbox-Port %s: reaching a port of a sandbox other than envd's (%s) is not built yet in agentsandbox's E2B transport (docs/e2b.md)", port, envdPort))
 		return
 	}
+	if err := checkUser(r); err != nil && r.URL.Path != "/health" {
+		switch {
+		case r.URL.Path == "/files":
+			filesError(w, err)
+		case r.Header.Get("Content-Type") == streamType:
+			newEventStream(w).end(err)
+		default:
+			writeUnaryError(w, err)
+		}
+		return
+	}
 	switch p := r.URL.Path; {
 	case p == "/health" && r.Method == http.MethodGet:
 		s.health(w, r, id)
