@@ -20,11 +20,13 @@ setup:
 
 test: setup test-tools unit fuzz bench-smoke
 
-# Tools only the tests need: cosign (built once per machine into
-# $(go env GOPATH)/bin; several minutes the first time) checks our
-# attestations in the cosign tier.
+# Tools only the tests need, each built once per machine into
+# $(go env GOPATH)/bin (several minutes the first time): cosign checks our
+# attestations in the cosign tier; versitygw is the S3 server the shared
+# store's tests (tier s3) run on 127.0.0.1.
 test-tools:
 	./scripts/install-cosign.sh
+	./scripts/install-versitygw.sh
 
 unit:
 	$(GO) vet ./...

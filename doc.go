@@ -16,8 +16,9 @@
 //     decisions, and decision logs in OPA's event format.
 //   - nixgen, templates: a workflow → NixOS modules and a microvm.nix flake.
 //   - record: content-addressed execution records, the blob store, and
-//     comparing runs (records diff, rerun's output comparison);
-//     record/provenance: signed SLSA provenance (in-toto, DSSE).
+//     comparing runs (records diff, rerun's output comparison); the shared
+//     store's interface (record.Remote), push and pull, and its directory
+//     implementation; record/provenance: signed SLSA provenance (in-toto, DSSE).
 //   - guest: the job.json / result.json and session protocols between host
 //     and agent; guest/mux: many streams over one channel (a VM's
 //     virtio-serial port).
@@ -37,6 +38,8 @@
 //     snapshots, network grants, whole workflow runs, journals).
 //   - server, server/mcp: the REST API (OpenAPI 3.1) and the MCP server
 //     over the same sandboxes; clients/python and clients/js speak it.
+//   - s3store: the shared store in an S3-compatible bucket (a
+//     record.Remote), the only package that speaks S3.
 //   - telemetry: OpenTelemetry traces from the OTEL_* variables, off by
 //     default.
 //

@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/agentsandbox/agentsandbox/internal/remotetest"
 	"github.com/agentsandbox/agentsandbox/record"
-	"github.com/agentsandbox/agentsandbox/record/remotetest"
 )
 
 func TestDirRemote(t *testing.T) {

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/agentsandbox/agentsandbox/internal/remotetest"
 	"github.com/agentsandbox/agentsandbox/internal/s3test"
 	"github.com/agentsandbox/agentsandbox/record"
-	"github.com/agentsandbox/agentsandbox/record/remotetest"
 	"github.com/agentsandbox/agentsandbox/s3store"
 )
 

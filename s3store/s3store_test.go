@@ -15,9 +15,9 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/agentsandbox/agentsandbox/internal/remotetest"
 	"github.com/agentsandbox/agentsandbox/internal/s3test"
 	"github.com/agentsandbox/agentsandbox/record"
-	"github.com/agentsandbox/agentsandbox/record/remotetest"
 	"github.com/agentsandbox/agentsandbox/s3store"
 )
 

@@ -10,9 +10,9 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/agentsandbox/agentsandbox/internal/remotetest"
 	"github.com/agentsandbox/agentsandbox/internal/s3test"
 	"github.com/agentsandbox/agentsandbox/record"
-	"github.com/agentsandbox/agentsandbox/record/remotetest"
 )
 
 // sharedBucket starts versitygw with one bucket, sets the credentials, and
