@@ -135,6 +135,7 @@ func (b *box) kill(ctx context.Context, why string) error {
 	id, err := b.sb.Close(ctx, why, labels, entries)
 	if !id.IsZero() {
 		b.closeJournal() // the record is written; otherwise the next start writes it
+		b.m.share(id)
 	}
 
 	b.mu.Lock()

@@ -74,6 +74,9 @@ type Options struct {
 	// caller under the policy's api_inputs. nil: Engine.Fetch alone, and
 	// an inline workflow with inputs is refused.
 	Inputs *inputs.Fetcher
+	// Remote is the shared store every record the manager writes is
+	// pushed to (share.go); nil: records stay in the state directory.
+	Remote record.Remote
 }
 
 // Manager is the real Manager: sandboxes opened through the engine.
@@ -87,6 +90,10 @@ type manager struct {
 	opening sync.WaitGroup // Creates between their reservation and their end
 	runs    int            // workflows running (runs.go)
 	runsWG  sync.WaitGroup // the same, to wait for at Close
+	// pushes are the records being pushed to Options.Remote (share.go),
+	// at most maxPushes at once (pushSlots).
+	pushes    sync.WaitGroup
+	pushSlots chan struct{}
 	// creating and runsBy count, by owner, the creates between their
 	// first check and their box's reservation, and the runs under way:
 	// with the boxes they are what an identity's limits bound.
@@ -144,7 +151,7 @@ func New(o Options) (Manager, error) {
 		o.Logf = func(string, ...any) {}
 	}
 	m := &manager{o: o, boxes: map[string]*box{}, creating: map[string]int{}, runsBy: map[string]int{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), pushSlots: make(chan struct{}, maxPushes)}
 	m.snaps.init()
 	if m.o.Engine.Fetch == nil && m.o.Inputs != nil {
 		m.o.Engine.Fetch = m.fetchFrom(m.o.Inputs)
@@ -157,6 +164,7 @@ func New(o Options) (Manager, error) {
 	recovered, err := m.recoverJournals()
 	for sb, id := range recovered {
 		o.Logf("sandbox %s: ended with the server that was killed; its record is %s", sb, id)
+		m.share(id)
 	}
 	if err != nil {
 		o.Logf("%v", err)
@@ -587,6 +595,7 @@ func (m *manager) Close(ctx context.Context) error {
 	if _, err := m.collectPending(); err != nil {
 		errs = append(errs, fmt.Errorf("collect snapshots: %w", err))
 	}
+	m.pushes.Wait() // the records just written reach the shared store
 	return errors.Join(append(errs, warmErr)...)
 }
 

@@ -173,6 +173,7 @@ func (m *manager) Run(ctx context.Context, r RunRequest) (RunInfo, error) {
 		}
 		return RunInfo{}, openError(err)
 	}
+	m.share(res.ID)
 	if r.Inline != "" && err != nil {
 		if aerr := apiRunError(err, res.ID); aerr != nil {
 			return RunInfo{}, aerr

@@ -53,6 +53,7 @@ type serveOptions struct {
 	SnapshotStoreBytes string
 	Policy             policyOptions
 	Share              nixShareFlags // substituters, builders, a cache to push to
+	Store              string        // the shared store's URL (--store)
 }
 
 // socketName is the server's default unix socket in the state directory,
@@ -343,6 +344,13 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (_ san
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	remote, err := openRemote(opts.Store)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if remote != nil {
+		fmt.Fprintf(stdio.Err, "every record is pushed to %s (docs/store.md)\n", remote)
+	}
 	store, err := openStore(opts.StateDir)
 	if err != nil {
 		return nil, nil, nil, err
@@ -400,6 +408,7 @@ func newServeManager(ctx context.Context, stdio Stdio, opts serveOptions) (_ san
 		MaxSnapshots: opts.MaxSnapshots, MaxSnapshotBytes: snapBytes, SnapshotStoreBytes: snapStore,
 		Logf:        func(format string, args ...any) { fmt.Fprintf(stdio.Err, format+"\n", args...) },
 		DecisionLog: dlog,
+		Remote:      remote,
 	}
 	if host.Nix {
 		mo.Realiser = func(w *workflow.Workflow, path string) engine.RealiseFunc {
@@ -497,4 +506,5 @@ func (opts *serveOptions) addManagerFlags(f *pflag.FlagSet) {
 	f.StringVar(&opts.SnapshotStoreBytes, "snapshot-store-bytes", workflow.FormatSize(sandboxes.DefaultSnapshotStoreBytes), "most bytes the snapshots of every running sandbox hold together")
 	opts.Policy.AddFlags(f)
 	opts.Share.AddFlags(f)
+	addStoreFlag(f, &opts.Store)
 }
