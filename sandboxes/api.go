@@ -128,6 +128,10 @@ type ExecRequest struct {
 	// Stdin is given to the command whole, then closed; without it the
 	// command reads /dev/null.
 	Stdin *string `json:"stdin,omitempty"`
+	// StdinOpen keeps the command's stdin open: the caller writes to it
+	// with Manager.WriteStdin and ends it with Manager.CloseStdin. It
+	// goes with Background, not with Stdin.
+	StdinOpen bool `json:"stdinOpen,omitempty"`
 	// Background returns at once with the exec's id; its output is kept
 	// (bounded) to be read later, waited for, signalled or reattached.
 	Background bool `json:"background,omitempty"`
@@ -282,6 +286,11 @@ type Manager interface {
 	// skipped silently; an offset past the end waits for that offset.
 	Output(ctx context.Context, id, execID string, stdoutFrom, stderrFrom int64, follow bool, emit func(ExecEvent) error) error
 	Signal(ctx context.Context, id, execID, signal string) error
+	// WriteStdin writes data (at most MaxStdinWrite bytes) to the stdin
+	// of a running exec started with StdinOpen; CloseStdin ends that
+	// stdin once what was written is read.
+	WriteStdin(ctx context.Context, id, execID string, data []byte) error
+	CloseStdin(ctx context.Context, id, execID string) error
 
 	PutFile(ctx context.Context, id, path string, r io.Reader, mode uint32) (FileInfo, error)
 	// GetFile writes the file to w, at most MaxFileBytes.
