@@ -67,6 +67,8 @@ func (s *Service) health(w http.ResponseWriter, r *http.Request, id string) {
 var unary = map[string]func(s *Service, ctx context.Context, b *box, r *http.Request) (any, error){
 	"/process.Process/List":          (*Service).listProcesses,
 	"/process.Process/SendSignal":    (*Service).sendSignal,
+	"/process.Process/SendInput":     (*Service).sendInput,
+	"/process.Process/CloseStdin":    (*Service).closeStdin,
 	"/filesystem.Filesystem/Stat":    (*Service).stat,
 	"/filesystem.Filesystem/ListDir": (*Service).listDir,
 	"/filesystem.Filesystem/Remove":  (*Service).remove,
@@ -331,8 +333,6 @@ func (s *Service) execRequest(r *http.Request, req startRequest) (sandboxes.Exec
 	switch {
 	case req.PTY != nil:
 		return sandboxes.ExecRequest{}, rpcErrorf(codeUnimplemented, "a pty (pty.create) is not built yet in agentsandbox's E2B transport (docs/e2b.md)")
-	case req.Stdin != nil && *req.Stdin:
-		return sandboxes.ExecRequest{}, rpcErrorf(codeUnimplemented, "stdin: true (sendStdin) is not built yet in agentsandbox's E2B transport: a command reads /dev/null (docs/e2b.md)")
 	case req.Process.Cmd == "":
 		return sandboxes.ExecRequest{}, rpcErrorf(codeInvalidArgument, "process.cmd is empty: name the program to run")
 	}
@@ -347,7 +347,7 @@ func (s *Service) execRequest(r *http.Request, req startRequest) (sandboxes.Exec
 		env[k] = v
 	}
 	xr := sandboxes.ExecRequest{Argv: append([]string{req.Process.Cmd}, req.Process.Args...), Env: env,
-		Timeout: sandboxes.Duration(timeout), Background: true}
+		Timeout: sandboxes.Duration(timeout), Background: true, StdinOpen: req.Stdin != nil && *req.Stdin}
 	if req.Process.Cwd != nil && *req.Process.Cwd != "" {
 		rel, err := workspacePath(*req.Process.Cwd)
 		if err != nil {
