@@ -75,7 +75,7 @@ func TestE2BSDKServe(t *testing.T) {
 	if err != nil {
 		t.Errorf("node --test test/: %v", err)
 	}
-	for _, want := range []string{"# pass 6", "# fail 0", "# skipped 0", "# cancelled 0"} {
+	for _, want := range []string{"# pass 7", "# fail 0", "# skipped 0", "# cancelled 0"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("node --test: no %q in its summary", want)
 		}
