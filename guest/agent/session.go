@@ -288,6 +288,7 @@ func (s *server) handle(c io.ReadWriter) {
 func (s *server) exec(q guest.SessionRequest, dec *guest.SessionDecoder, out *connWriter) {
 	p, err := startProc(s.reap, q.ExecJob(s.job), procIO{
 		Stdin:  q.Stdin,
+		PTY:    q.PTY,
 		Stdout: func(r io.Reader) error { pump(r, guest.EventStdout, out); return nil },
 		Stderr: func(r io.Reader) error { pump(r, guest.EventStderr, out); return nil },
 	})
@@ -330,6 +331,10 @@ func (s *server) exec(q guest.SessionRequest, dec *guest.SessionDecoder, out *co
 				stdin.write(r.Data)
 			case guest.OpCloseStdin:
 				stdin.close()
+			case guest.OpResize:
+				if err := p.resize(*r.PTY); err != nil {
+					fmt.Fprintf(s.console, "%s exec %d: resize: %v\n", guest.ConsoleErrorLine, p.pid, err)
+				}
 			case guest.OpSignal:
 				if sig, ok := SignalNumber(r.Signal); ok {
 					p.signal(sig)
