@@ -13,7 +13,7 @@ import (
 // output (stderr too) comes as stdout.
 func TestSessionPTY(t *testing.T) {
 	testtier.Root(t) // the host's /dev/pts/ptmx is root's only (mode 0); a sandbox's devpts is 0666
-	dir := serve(t, SessionOptions{})
+	dir := serve(t, SessionOptions{PTY: true})
 	c := dial(t, dir)
 	q := selfExec("sh", "-c", `tty; stty size; echo to-stderr >&2; read x; stty size; echo "got:$x"`)
 	q.PTY = &guest.PTYSize{Cols: 80, Rows: 24}
@@ -44,5 +44,17 @@ func TestSessionPTY(t *testing.T) {
 		if !strings.Contains(all, want) {
 			t.Errorf("the pty's output has no %q: %q", want, all)
 		}
+	}
+}
+
+// TestSessionPTYRefused: an agent whose sandbox has no devpts of its own
+// (the fake backend's, on the host) refuses an exec with a pty.
+func TestSessionPTYRefused(t *testing.T) {
+	dir := serve(t, SessionOptions{})
+	q := selfExec("tty")
+	q.PTY = &guest.PTYSize{Cols: 80, Rows: 24}
+	o := run1(t, dir, q)
+	if o.exit != nil || !strings.Contains(o.err, "no devpts of its own") {
+		t.Fatalf("an exec with a pty on an agent without PTY: %+v", o)
 	}
 }
