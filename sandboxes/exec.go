@@ -360,6 +360,15 @@ func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(
 	case r.Shell != "":
 		argv = []string{"/bin/sh", "-c", r.Shell}
 	}
+	if r.PTY != nil {
+		if err := r.PTY.check(); err != nil {
+			return ExecInfo{}, err
+		}
+		if r.Stdin != nil {
+			return ExecInfo{}, Errorf(CodeBadRequest, "exec: a pty's stdin is the terminal: give pty without stdin (write to it with the exec's stdin route)")
+		}
+		r.StdinOpen = true
+	}
 	if r.StdinOpen && r.Stdin != nil {
 		return ExecInfo{}, Errorf(CodeBadRequest, "exec: give stdin (written whole, then closed) or stdinOpen (written later with the exec's stdin route), not both")
 	}
@@ -414,6 +423,9 @@ func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(
 		Op: guest.OpExec, Command: argv, Env: envList, Workdir: r.Cwd,
 		UID: guest.DefaultUID, GID: guest.DefaultGID, TimeoutMS: timeout.Milliseconds(),
 		Stdin: r.Stdin != nil || r.StdinOpen,
+	}
+	if r.PTY != nil {
+		q.PTY = &guest.PTYSize{Cols: uint16(r.PTY.Cols), Rows: uint16(r.PTY.Rows)}
 	}
 	if err := q.Check(); err != nil { // the protocol's one check: what it refuses is the caller's to fix
 		endExecSpan(span, execID, nil, err.Error())
@@ -653,6 +665,28 @@ func (m *manager) CloseStdin(ctx context.Context, id, execID string) error {
 			return Errorf(CodeConflict, "exec %s has already ended", execID)
 		}
 		return &Error{Code: CodeInternal, Message: fmt.Sprintf("close the stdin of exec %s: %v", execID, err), Err: err}
+	}
+	return nil
+}
+
+func (m *manager) ResizePTY(ctx context.Context, id, execID string, size PTYSize) error {
+	if err := size.check(); err != nil {
+		return err
+	}
+	b, x, err := m.execState(ctx, id, execID)
+	if err != nil {
+		return err
+	}
+	if x.req.PTY == nil {
+		return Errorf(CodeConflict, "exec %s was not started with a pty: there is no terminal to resize", execID)
+	}
+	sx := x.session()
+	if sx == nil || !x.running() {
+		return Errorf(CodeConflict, "exec %s has already ended", execID)
+	}
+	b.touch()
+	if err := sx.Resize(guest.PTYSize{Cols: uint16(size.Cols), Rows: uint16(size.Rows)}); err != nil {
+		return &Error{Code: CodeInternal, Message: fmt.Sprintf("resize the pty of exec %s: %v", execID, err), Err: err}
 	}
 	return nil
 }
