@@ -27,21 +27,28 @@ type closeStdinRequest struct {
 }
 
 // sendInput is process.Process/SendInput: bytes to the stdin of a
-// command started with stdin: true (commands.sendStdin). The Manager
+// command started with stdin: true (commands.sendStdin), or typed into
+// the pty of one started with a pty (pty.sendInput). The Manager
 // judges it; a command that has ended is not found, as in envd.
 func (s *Service) sendInput(ctx context.Context, b *box, r *http.Request) (any, error) {
 	var req sendInputRequest
 	if err := readUnary(r, &req); err != nil {
 		return nil, err
 	}
-	if req.Input.PTY != nil {
-		return nil, rpcErrorf(codeUnimplemented, "input.pty (pty.sendInput) is not built yet in agentsandbox's E2B transport: there is no pty (docs/e2b.md)")
-	}
 	p, err := b.find(req.Process)
 	if err != nil {
 		return nil, err
 	}
-	return struct{}{}, s.stdinError(ctx, b, p, s.m.WriteStdin(ctx, b.id, p.execID, req.Input.Stdin))
+	data := req.Input.Stdin
+	switch {
+	case req.Input.PTY != nil && !p.pty:
+		return nil, rpcErrorf(codeFailedPrecondition, "process %d has no pty: send its input as stdin", p.pid)
+	case req.Input.PTY != nil:
+		data = req.Input.PTY
+	case p.pty:
+		return nil, rpcErrorf(codeFailedPrecondition, "process %d runs on a pty: send its input as pty", p.pid)
+	}
+	return struct{}{}, s.stdinError(ctx, b, p, s.m.WriteStdin(ctx, b.id, p.execID, data))
 }
 
 // closeStdin is process.Process/CloseStdin (commands.closeStdin).

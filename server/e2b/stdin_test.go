@@ -40,7 +40,7 @@ func TestSendInput(t *testing.T) {
 	if code, b := unary(other, "/process.Process/SendInput", `{"process":{"pid":1},"input":{"stdin":"aGkK"}}`); code != http.StatusNotFound || !strings.Contains(b, "not_found") {
 		t.Fatalf("SendInput to another sandbox's pid: %d %s", code, b)
 	}
-	if code, b := unary(c, "/process.Process/SendInput", `{"process":{"pid":1},"input":{"pty":"aGkK"}}`); code == http.StatusOK || !strings.Contains(b, "unimplemented") {
+	if code, b := unary(c, "/process.Process/SendInput", `{"process":{"pid":1},"input":{"pty":"aGkK"}}`); code == http.StatusOK || !strings.Contains(b, "failed_precondition") || !strings.Contains(b, "has no pty") {
 		t.Fatalf("SendInput of pty bytes: %d %s", code, b)
 	}
 	if code, b := unary(c, "/process.Process/CloseStdin", `{"process":{"pid":1}}`); code != http.StatusOK {
