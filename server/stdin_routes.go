@@ -9,7 +9,8 @@ import (
 )
 
 // stdinRoutes registers writes to the open stdin of an exec started with
-// stdinOpen: the body's bytes, as they are, then its close.
+// stdinOpen or a pty: the body's bytes, as they are, then its close; and
+// a pty's resize.
 func (s *Server) stdinRoutes(m sandboxes.Manager) {
 	s.handle("POST /v1/sandboxes/{id}/execs/{execId}/stdin", func(w *respWriter, r *http.Request) error {
 		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, sandboxes.MaxStdinWrite))
@@ -21,6 +22,17 @@ func (s *Server) stdinRoutes(m sandboxes.Manager) {
 			return sandboxes.Errorf(sandboxes.CodeBadRequest, "stdin: read the body: %v", err)
 		}
 		if err := m.WriteStdin(r.Context(), r.PathValue("id"), r.PathValue("execId"), data); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
+	s.handle("POST /v1/sandboxes/{id}/execs/{execId}/pty", func(w *respWriter, r *http.Request) error {
+		var size sandboxes.PTYSize
+		if err := s.decode(w, r, &size); err != nil {
+			return err
+		}
+		if err := m.ResizePTY(r.Context(), r.PathValue("id"), r.PathValue("execId"), size); err != nil {
 			return err
 		}
 		w.WriteHeader(http.StatusNoContent)

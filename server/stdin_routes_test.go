@@ -51,4 +51,7 @@ func TestStdinRoutes(t *testing.T) {
 	done := want[sandboxes.ExecInfo](t, e.req("POST", base+"/exec", sandboxes.ExecRequest{Argv: []string{"sleep", "30"}, Background: true}), 202)
 	wantErr(t, e.req("POST", base+"/execs/"+done.ID+"/stdin", "x"), 409, sandboxes.CodeConflict, "stdinOpen")
 	wantErr(t, e.req("POST", base+"/execs/"+done.ID+"/stdin/close", nil), 409, sandboxes.CodeConflict, "stdinOpen")
+	// A resize: of an exec without a pty, or to no size, is refused.
+	wantErr(t, e.req("POST", base+"/execs/"+done.ID+"/pty", sandboxes.PTYSize{Cols: 100, Rows: 30}), 409, sandboxes.CodeConflict, "pty")
+	wantErr(t, e.req("POST", base+"/execs/"+done.ID+"/pty", sandboxes.PTYSize{Cols: 0, Rows: 30}), 400, sandboxes.CodeBadRequest, "4096")
 }
