@@ -49,6 +49,8 @@ const (
 	OpStdin      = "stdin"
 	OpCloseStdin = "close_stdin"
 	OpSignal     = "signal"
+	// OpResize sets the size of the pty of a command started with PTY.
+	OpResize = "resize"
 )
 
 // Types of a SessionEvent.
@@ -77,10 +79,33 @@ type SessionRequest struct {
 	// Stdin says the command reads stdin from this connection's "stdin"
 	// requests; otherwise it reads /dev/null.
 	Stdin bool `json:"stdin,omitempty"`
+	// PTY, on exec, runs the command on a new pseudo-terminal of the
+	// sandbox's own devpts (/dev/pts/ptmx) of that size, as its
+	// controlling terminal (a new session): its stdin, stdout and stderr
+	// are the terminal's, stdin ops write to it, and all its output
+	// comes as stdout events. On resize: the terminal's new size.
+	PTY *PTYSize `json:"pty,omitempty"`
 	// stdin: Data is the next bytes.
 	Data []byte `json:"data,omitempty"`
 	// signal: Signal is a name such as "SIGTERM".
 	Signal string `json:"signal,omitempty"`
+}
+
+// PTYSize is a terminal's size in characters.
+type PTYSize struct {
+	Cols uint16 `json:"cols"`
+	Rows uint16 `json:"rows"`
+}
+
+// check refuses a size of zero (a terminal of no columns or rows).
+func (z *PTYSize) check() error {
+	if z == nil {
+		return nil
+	}
+	if z.Cols == 0 || z.Rows == 0 {
+		return fmt.Errorf("pty size %dx%d: cols and rows must be 1 or more", z.Cols, z.Rows)
+	}
+	return nil
 }
 
 // SessionEvent is one agent → host frame.
@@ -188,6 +213,11 @@ func (q *SessionRequest) Check() error {
 			return errors.New("signal request without a signal")
 		}
 		return nil
+	case OpResize:
+		if q.PTY == nil {
+			return errors.New("resize request without a pty size")
+		}
+		return q.PTY.check()
 	case OpExec:
 		if len(q.Command) == 0 || q.Command[0] == "" {
 			return errors.New("exec request without a command")
@@ -196,6 +226,9 @@ func (q *SessionRequest) Check() error {
 			return fmt.Errorf("exec request: %w", err)
 		}
 		if err := checkEnv(q.Env); err != nil {
+			return fmt.Errorf("exec request: %w", err)
+		}
+		if err := q.PTY.check(); err != nil {
 			return fmt.Errorf("exec request: %w", err)
 		}
 		if strings.IndexByte(q.Workdir, 0) >= 0 {

@@ -128,9 +128,35 @@ type ExecRequest struct {
 	// Stdin is given to the command whole, then closed; without it the
 	// command reads /dev/null.
 	Stdin *string `json:"stdin,omitempty"`
+	// StdinOpen keeps the command's stdin open: the caller writes to it
+	// with Manager.WriteStdin and ends it with Manager.CloseStdin. It
+	// goes with Background, not with Stdin.
+	StdinOpen bool `json:"stdinOpen,omitempty"`
+	// PTY runs the command on a new pseudo-terminal of this size, made in
+	// the sandbox's own devpts (never one of the host's), as its
+	// controlling terminal: all it shows is its stdout, its stdin is
+	// open (StdinOpen is implied: WriteStdin types into the terminal),
+	// and ResizePTY changes the size.
+	PTY *PTYSize `json:"pty,omitempty"`
 	// Background returns at once with the exec's id; its output is kept
 	// (bounded) to be read later, waited for, signalled or reattached.
 	Background bool `json:"background,omitempty"`
+}
+
+// PTYSize is a terminal's size in characters, each from 1 to MaxPTYSide.
+type PTYSize struct {
+	Cols int `json:"cols"`
+	Rows int `json:"rows"`
+}
+
+// MaxPTYSide bounds a pty's columns and rows.
+const MaxPTYSide = 4096
+
+func (z PTYSize) check() error {
+	if z.Cols < 1 || z.Rows < 1 || z.Cols > MaxPTYSide || z.Rows > MaxPTYSide {
+		return Errorf(CodeBadRequest, "pty size %dx%d: cols and rows must each be from 1 to %d", z.Cols, z.Rows, MaxPTYSide)
+	}
+	return nil
 }
 
 // Event types of an exec's stream.
@@ -289,6 +315,14 @@ type Manager interface {
 	// skipped silently; an offset past the end waits for that offset.
 	Output(ctx context.Context, id, execID string, stdoutFrom, stderrFrom int64, follow bool, emit func(ExecEvent) error) error
 	Signal(ctx context.Context, id, execID, signal string) error
+	// WriteStdin writes data (at most MaxStdinWrite bytes) to the stdin
+	// of a running exec started with StdinOpen; CloseStdin ends that
+	// stdin once what was written is read.
+	WriteStdin(ctx context.Context, id, execID string, data []byte) error
+	CloseStdin(ctx context.Context, id, execID string) error
+	// ResizePTY sets the size of the pty of a running exec started with
+	// PTY.
+	ResizePTY(ctx context.Context, id, execID string, size PTYSize) error
 
 	PutFile(ctx context.Context, id, path string, r io.Reader, mode uint32) (FileInfo, error)
 	// GetFile writes the file to w, at most MaxFileBytes.

@@ -45,6 +45,11 @@ type execState struct {
 	recorded chan struct{} // closed once its record entry is written
 
 	diskMu sync.RWMutex // the streams' spool and path (output.go)
+
+	// stdinMu orders the caller's writes to an open stdin (StdinOpen);
+	// stdinOpen is cleared once it is closed.
+	stdinMu   sync.Mutex
+	stdinOpen bool
 }
 
 const (
@@ -355,6 +360,18 @@ func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(
 	case r.Shell != "":
 		argv = []string{"/bin/sh", "-c", r.Shell}
 	}
+	if r.PTY != nil {
+		if err := r.PTY.check(); err != nil {
+			return ExecInfo{}, err
+		}
+		if r.Stdin != nil {
+			return ExecInfo{}, Errorf(CodeBadRequest, "exec: a pty's stdin is the terminal: give pty without stdin (write to it with the exec's stdin route)")
+		}
+		r.StdinOpen = true
+	}
+	if r.StdinOpen && r.Stdin != nil {
+		return ExecInfo{}, Errorf(CodeBadRequest, "exec: give stdin (written whole, then closed) or stdinOpen (written later with the exec's stdin route), not both")
+	}
 	for _, a := range argv {
 		if strings.IndexByte(a, 0) >= 0 {
 			return ExecInfo{}, Errorf(CodeBadRequest, "exec: an argument holds a NUL byte")
@@ -405,7 +422,10 @@ func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(
 	q := guest.SessionRequest{
 		Op: guest.OpExec, Command: argv, Env: envList, Workdir: r.Cwd,
 		UID: guest.DefaultUID, GID: guest.DefaultGID, TimeoutMS: timeout.Milliseconds(),
-		Stdin: r.Stdin != nil,
+		Stdin: r.Stdin != nil || r.StdinOpen,
+	}
+	if r.PTY != nil {
+		q.PTY = &guest.PTYSize{Cols: uint16(r.PTY.Cols), Rows: uint16(r.PTY.Rows)}
 	}
 	if err := q.Check(); err != nil { // the protocol's one check: what it refuses is the caller's to fix
 		endExecSpan(span, execID, nil, err.Error())
@@ -418,6 +438,7 @@ func (m *manager) Exec(ctx context.Context, id string, r ExecRequest, emit func(
 	}
 	x := newExecState(execID, m.o.LogLimit, sb.Store(), !r.Background)
 	x.argv, x.started, x.x, x.decision, x.span = argv, time.Now().UTC(), sx, decision, span
+	x.stdinOpen = r.StdinOpen
 	x.req = r
 	x.req.Stdin = nil // written below, not kept
 	b.mu.Lock()
@@ -578,6 +599,94 @@ func (m *manager) Signal(ctx context.Context, id, execID, signal string) error {
 	b.touch()
 	if err := sx.Signal(signal); err != nil {
 		return &Error{Code: CodeInternal, Message: fmt.Sprintf("signal exec %s: %v", execID, err), Err: err}
+	}
+	return nil
+}
+
+// MaxStdinWrite bounds the data of one WriteStdin: a bigger input is
+// written in several calls.
+const MaxStdinWrite = 1 << 20
+
+// openStdin is the exec's session for a write to its open stdin, under
+// x.stdinMu (held by the caller), or the error to answer.
+func (x *execState) openStdin(execID string) (vmrunner.Exec, error) {
+	if !x.stdinOpen {
+		if x.req.StdinOpen {
+			return nil, Errorf(CodeConflict, "exec %s: its stdin is already closed", execID)
+		}
+		return nil, Errorf(CodeConflict, "exec %s was not started with stdinOpen: its stdin is not open to writes", execID)
+	}
+	sx := x.session()
+	if sx == nil || !x.running() {
+		return nil, Errorf(CodeConflict, "exec %s has already ended", execID)
+	}
+	return sx, nil
+}
+
+func (m *manager) WriteStdin(ctx context.Context, id, execID string, data []byte) error {
+	if len(data) > MaxStdinWrite {
+		return Errorf(CodeTooLarge, "stdin write of %d bytes: the most in one write is %d bytes; write it in pieces", len(data), MaxStdinWrite)
+	}
+	b, x, err := m.execState(ctx, id, execID)
+	if err != nil {
+		return err
+	}
+	x.stdinMu.Lock()
+	defer x.stdinMu.Unlock()
+	sx, err := x.openStdin(execID)
+	if err != nil {
+		return err
+	}
+	b.touch()
+	if err := sx.WriteStdin(data); err != nil {
+		if !x.running() {
+			return Errorf(CodeConflict, "exec %s has already ended", execID)
+		}
+		return &Error{Code: CodeInternal, Message: fmt.Sprintf("write to the stdin of exec %s: %v", execID, err), Err: err}
+	}
+	return nil
+}
+
+func (m *manager) CloseStdin(ctx context.Context, id, execID string) error {
+	b, x, err := m.execState(ctx, id, execID)
+	if err != nil {
+		return err
+	}
+	x.stdinMu.Lock()
+	defer x.stdinMu.Unlock()
+	sx, err := x.openStdin(execID)
+	if err != nil {
+		return err
+	}
+	b.touch()
+	x.stdinOpen = false
+	if err := sx.CloseStdin(); err != nil {
+		if !x.running() {
+			return Errorf(CodeConflict, "exec %s has already ended", execID)
+		}
+		return &Error{Code: CodeInternal, Message: fmt.Sprintf("close the stdin of exec %s: %v", execID, err), Err: err}
+	}
+	return nil
+}
+
+func (m *manager) ResizePTY(ctx context.Context, id, execID string, size PTYSize) error {
+	if err := size.check(); err != nil {
+		return err
+	}
+	b, x, err := m.execState(ctx, id, execID)
+	if err != nil {
+		return err
+	}
+	if x.req.PTY == nil {
+		return Errorf(CodeConflict, "exec %s was not started with a pty: there is no terminal to resize", execID)
+	}
+	sx := x.session()
+	if sx == nil || !x.running() {
+		return Errorf(CodeConflict, "exec %s has already ended", execID)
+	}
+	b.touch()
+	if err := sx.Resize(guest.PTYSize{Cols: uint16(size.Cols), Rows: uint16(size.Rows)}); err != nil {
+		return &Error{Code: CodeInternal, Message: fmt.Sprintf("resize the pty of exec %s: %v", execID, err), Err: err}
 	}
 	return nil
 }

@@ -30,6 +30,7 @@ type fakeSession struct {
 
 func (f *fakeSession) Events() <-chan guest.SessionEvent { return f.events }
 func (f *fakeSession) WriteStdin([]byte) error           { return nil }
+func (f *fakeSession) Resize(guest.PTYSize) error        { return nil }
 func (f *fakeSession) CloseStdin() error                 { return nil }
 func (f *fakeSession) Signal(string) error               { return nil }
 func (f *fakeSession) Close() error {

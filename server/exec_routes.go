@@ -15,6 +15,7 @@ import (
 // execRoutes registers a sandbox's commands: exec (streamed or in the
 // background) and an exec's info, output, signal and wait.
 func (s *Server) execRoutes(m sandboxes.Manager) {
+	s.stdinRoutes(m)
 	s.handle("POST /v1/sandboxes/{id}/exec", func(w *respWriter, r *http.Request) error {
 		var req sandboxes.ExecRequest
 		if err := s.decode(w, r, &req); err != nil {

@@ -72,6 +72,8 @@ type Exec interface {
 	CloseStdin() error
 	// Signal signals the command's process group ("SIGTERM", ...).
 	Signal(name string) error
+	// Resize sets the size of the pty of a command started with one.
+	Resize(size guest.PTYSize) error
 	// Close lets go of the command; one still running is killed.
 	Close() error
 }

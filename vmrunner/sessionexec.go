@@ -123,6 +123,15 @@ func (x *ConnExec) CloseStdin() error {
 	return nil
 }
 
+// Resize sets the size of the command's pty (the request must have had
+// PTY set).
+func (x *ConnExec) Resize(size guest.PTYSize) error {
+	if err := x.send(guest.SessionRequest{Op: guest.OpResize, PTY: &size}); err != nil {
+		return fmt.Errorf("resize the command's pty: %w", err)
+	}
+	return nil
+}
+
 // Signal sends a signal ("SIGTERM", "SIGINT", "SIGRTMIN+1", ...) to the
 // command's process group.
 func (x *ConnExec) Signal(name string) error {

@@ -4,6 +4,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentsandbox/agentsandbox/guest"
 )
@@ -32,6 +35,11 @@ type procIO struct {
 	// Stdin makes the command's stdin a pipe whose write end is
 	// proc.stdin; otherwise the command reads /dev/null.
 	Stdin bool
+	// PTY runs the command on a new pty of this size (openPTY) as its
+	// controlling terminal, in a session of its own: proc.stdin writes
+	// to the terminal, Stdout reads all it shows, and Stderr reads a
+	// pipe that stays empty. Stdin is implied.
+	PTY *guest.PTYSize
 	// Stdout and Stderr each read one stream until it ends (end of file,
 	// or the read end closed once drain gives up), in a
 	// goroutine of their own. Their error (a log that could not be
@@ -47,6 +55,7 @@ type proc struct {
 	job     guest.Job
 	pid     int
 	stdin   *os.File // the write end of stdin, when procIO.Stdin
+	pty     *os.File // the pty's master, when procIO.PTY
 	started time.Time
 	exited  <-chan exitStatus
 	over    atomic.Bool // the pid is reaped: it may be reused, signals stop
@@ -117,31 +126,51 @@ func startProc(r *reaper, job guest.Job, pio procIO) (_ *proc, err error) {
 			}
 		}
 	}()
-	var stdinR *os.File
-	if pio.Stdin {
+	var stdinR, outW, errW *os.File
+	if pio.PTY != nil {
+		var slave *os.File
+		if p.pty, slave, err = openPTY(*pio.PTY); err != nil {
+			return nil, err
+		}
+		childEnds = append(childEnds, slave)
+		if p.stdin, err = dupFile(p.pty); err != nil {
+			p.pty.Close()
+			return nil, err
+		}
+		p.outR, stdinR, outW = p.pty, slave, slave
+		// A session of its own, whose controlling terminal is the
+		// slave (fd 0 in the child): its process group is its pid, as
+		// Setpgid's would be.
+		attr.Setpgid, attr.Setsid, attr.Setctty, attr.Ctty = false, true, true, 0
+	} else if pio.Stdin {
 		if stdinR, p.stdin, err = os.Pipe(); err != nil {
 			return nil, fmt.Errorf("create stdin pipe: %w", err)
 		}
 	} else if stdinR, err = os.Open(os.DevNull); err != nil {
 		return nil, fmt.Errorf("open %s for stdin: %w", os.DevNull, err)
 	}
-	childEnds = append(childEnds, stdinR)
-	var outW, errW *os.File
-	if p.outR, outW, err = os.Pipe(); err != nil {
-		return nil, fmt.Errorf("create stdout pipe: %w", err)
+	if pio.PTY == nil {
+		childEnds = append(childEnds, stdinR)
+		if p.outR, outW, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("create stdout pipe: %w", err)
+		}
+		childEnds = append(childEnds, outW)
 	}
-	childEnds = append(childEnds, outW)
 	if p.errR, errW, err = os.Pipe(); err != nil {
 		return nil, fmt.Errorf("create stderr pipe: %w", err)
 	}
 	childEnds = append(childEnds, errW)
+	errOfChild := errW.Fd()
+	if pio.PTY != nil {
+		errOfChild = outW.Fd() // the terminal; the pipe is left empty
+	}
 
 	p.started = time.Now().UTC()
 	p.pid, p.exited, err = r.start(func() (int, error) {
 		return syscall.ForkExec(argv0, job.Command, &syscall.ProcAttr{
 			Dir:   job.Workdir,
 			Env:   append([]string{}, job.Env...),
-			Files: []uintptr{stdinR.Fd(), outW.Fd(), errW.Fd()},
+			Files: []uintptr{stdinR.Fd(), outW.Fd(), errOfChild},
 			Sys:   attr,
 		})
 	})
@@ -150,6 +179,23 @@ func startProc(r *reaper, job guest.Job, pio procIO) (_ *proc, err error) {
 	}
 	p.sinks = [2]func(io.Reader) error{pio.Stdout, pio.Stderr}
 	return p, nil
+}
+
+// dupFile is a second descriptor of f, closed on exec.
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup %s: %w", f.Name(), err)
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+// resize sets the size of the command's pty.
+func (p *proc) resize(size guest.PTYSize) error {
+	if p.pty == nil {
+		return errors.New("the command has no pty to resize")
+	}
+	return setPTYSize(p.pty, size)
 }
 
 // signal sends sig to the command's process group, until its main process

@@ -40,6 +40,11 @@ type SessionOptions struct {
 	// reparented to the agent are reaped too. It is forced on when the
 	// agent is PID 1; a test sets it in a child subreaper.
 	Reaper bool
+	// PTY says the sandbox has a devpts instance of its own at /dev/pts
+	// (the jail's, the VM guest's): only then is an exec with a pty
+	// run. The fake backend's agent, on the host, refuses it, so that no
+	// pty is ever the host's.
+	PTY bool
 	// Ready, when set, is called once the socket listens (or the port
 	// is open).
 	Ready func()
@@ -97,6 +102,7 @@ func serveSession(ctx context.Context, controlDir string, console io.Writer, o S
 	}
 	if o.Port != "" {
 		srv := newServer(job, console, o.Reaper || os.Getpid() == 1)
+		srv.pty = o.PTY
 		defer srv.reap.run()()
 		err := srv.servePort(ctx, o.Port, console, o.Ready)
 		srv.shutdown()
@@ -116,6 +122,7 @@ func serveSession(ctx context.Context, controlDir string, console io.Writer, o S
 		return fmt.Errorf("make the session socket root-only: %w", err)
 	}
 	srv := newServer(job, console, o.Reaper || os.Getpid() == 1)
+	srv.pty = o.PTY
 	defer srv.reap.run()()
 
 	accepted := make(chan struct{})
@@ -177,6 +184,7 @@ type server struct {
 	job     guest.Job
 	console io.Writer
 	reap    *reaper
+	pty     bool // SessionOptions.PTY
 
 	mu     sync.Mutex
 	conns  map[io.Closer]bool
@@ -286,8 +294,13 @@ func (s *server) handle(c io.ReadWriter) {
 
 // exec runs one command for the connection.
 func (s *server) exec(q guest.SessionRequest, dec *guest.SessionDecoder, out *connWriter) {
+	if q.PTY != nil && !s.pty {
+		_ = out.send(guest.SessionEvent{Type: guest.EventError, Error: "a pty is not offered by this sandbox: it has no devpts of its own (the fake backend runs on the host's)"})
+		return
+	}
 	p, err := startProc(s.reap, q.ExecJob(s.job), procIO{
 		Stdin:  q.Stdin,
+		PTY:    q.PTY,
 		Stdout: func(r io.Reader) error { pump(r, guest.EventStdout, out); return nil },
 		Stderr: func(r io.Reader) error { pump(r, guest.EventStderr, out); return nil },
 	})
@@ -330,6 +343,10 @@ func (s *server) exec(q guest.SessionRequest, dec *guest.SessionDecoder, out *co
 				stdin.write(r.Data)
 			case guest.OpCloseStdin:
 				stdin.close()
+			case guest.OpResize:
+				if err := p.resize(*r.PTY); err != nil {
+					fmt.Fprintf(s.console, "%s exec %d: resize: %v\n", guest.ConsoleErrorLine, p.pid, err)
+				}
 			case guest.OpSignal:
 				if sig, ok := SignalNumber(r.Signal); ok {
 					p.signal(sig)

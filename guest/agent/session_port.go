@@ -36,7 +36,7 @@ const hostPoll = 20 * time.Millisecond
 // job is RunJob's.
 func RunVM(ctx context.Context, controlDir string, console io.Writer) (guest.Result, error) {
 	if job, err := ReadJob(controlDir); err == nil && job.Session {
-		return RunSession(ctx, controlDir, console, SessionOptions{Port: guest.SessionPort})
+		return RunSession(ctx, controlDir, console, SessionOptions{Port: guest.SessionPort, PTY: true})
 	}
 	return RunJob(ctx, controlDir, console)
 }

@@ -78,6 +78,9 @@ func (s *Service) health(w http.ResponseWriter, r *http.Request, id string) {
 var unary = map[string]func(s *Service, ctx context.Context, b *box, r *http.Request) (any, error){
 	"/process.Process/List":          (*Service).listProcesses,
 	"/process.Process/SendSignal":    (*Service).sendSignal,
+	"/process.Process/SendInput":     (*Service).sendInput,
+	"/process.Process/CloseStdin":    (*Service).closeStdin,
+	"/process.Process/Update":        (*Service).update,
 	"/filesystem.Filesystem/Stat":    (*Service).stat,
 	"/filesystem.Filesystem/ListDir": (*Service).listDir,
 	"/filesystem.Filesystem/Remove":  (*Service).remove,
@@ -295,6 +298,8 @@ func (s *Service) follow(r *http.Request, st *eventStream, b *box, p *proc, stdo
 			d := &dataEvent{Stdout: data}
 			if ev.Type == sandboxes.EventStderr {
 				d = &dataEvent{Stderr: data}
+			} else if p.pty {
+				d = &dataEvent{PTY: data}
 			}
 			return st.send(processEvent{Data: d})
 		case sandboxes.EventGap:
@@ -345,10 +350,6 @@ func endOf(x *sandboxes.ExitStatus) *endEvent {
 // timeout.
 func (s *Service) execRequest(r *http.Request, req startRequest) (sandboxes.ExecRequest, error) {
 	switch {
-	case req.PTY != nil:
-		return sandboxes.ExecRequest{}, rpcErrorf(codeUnimplemented, "a pty (pty.create) is not built yet in agentsandbox's E2B transport (docs/e2b.md)")
-	case req.Stdin != nil && *req.Stdin:
-		return sandboxes.ExecRequest{}, rpcErrorf(codeUnimplemented, "stdin: true (sendStdin) is not built yet in agentsandbox's E2B transport: a command reads /dev/null (docs/e2b.md)")
 	case req.Process.Cmd == "":
 		return sandboxes.ExecRequest{}, rpcErrorf(codeInvalidArgument, "process.cmd is empty: name the program to run")
 	}
@@ -363,7 +364,10 @@ func (s *Service) execRequest(r *http.Request, req startRequest) (sandboxes.Exec
 		env[k] = v
 	}
 	xr := sandboxes.ExecRequest{Argv: append([]string{req.Process.Cmd}, req.Process.Args...), Env: env,
-		Timeout: sandboxes.Duration(timeout), Background: true}
+		Timeout: sandboxes.Duration(timeout), Background: true, StdinOpen: req.Stdin != nil && *req.Stdin}
+	if xr.PTY, err = ptyOf(req); err != nil {
+		return sandboxes.ExecRequest{}, err
+	}
 	if req.Process.Cwd != nil && *req.Process.Cwd != "" {
 		rel, err := workspacePath(*req.Process.Cwd)
 		if err != nil {
@@ -379,7 +383,7 @@ func (b *box) add(execID string, req startRequest) *proc {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.next++
-	p := &proc{pid: b.next, execID: execID, config: req.Process, tag: req.Tag}
+	p := &proc{pid: b.next, execID: execID, config: req.Process, tag: req.Tag, pty: req.PTY != nil}
 	b.procs[p.pid] = p
 	return p
 }

@@ -46,6 +46,7 @@ type startEvent struct {
 type dataEvent struct {
 	Stdout []byte `json:"stdout,omitempty"`
 	Stderr []byte `json:"stderr,omitempty"`
+	PTY    []byte `json:"pty,omitempty"` // a command's output on a pty (pty.go)
 }
 
 type endEvent struct {

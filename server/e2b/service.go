@@ -66,6 +66,7 @@ type proc struct {
 	execID string
 	config processConfig
 	tag    *string
+	pty    bool // its output is a pty's (pty.go)
 }
 
 // Options configure a Service.

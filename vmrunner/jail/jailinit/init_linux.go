@@ -332,7 +332,7 @@ func runAgent(status *os.File, statusFD int) int {
 	if job, jerr := agent.ReadJob(guest.ControlMount); jerr == nil && job.Session {
 		// A long-lived sandbox: serve commands on the control directory's
 		// socket, to the host only, until SIGTERM.
-		_, err = agent.RunSession(ctx, guest.ControlMount, os.Stdout, agent.SessionOptions{NoSync: true, HostOnly: true})
+		_, err = agent.RunSession(ctx, guest.ControlMount, os.Stdout, agent.SessionOptions{NoSync: true, HostOnly: true, PTY: true})
 	} else {
 		_, err = agent.RunJobWith(ctx, guest.ControlMount, os.Stdout, agent.RunOptions{NoSync: true})
 	}
