@@ -161,7 +161,7 @@ func testApplyTraces(t *testing.T, protocol string) {
 			t.Errorf("apply span %s = %q, want %q", k, root.Attrs[k], v)
 		}
 	}
-	if len(root.Attrs["cicd.pipeline.run.id"]) != 16 {
+	if len(root.Attrs["cicd.pipeline.run.id"]) != 32 { // 128 random bits in hex
 		t.Errorf("apply span cicd.pipeline.run.id = %q", root.Attrs["cicd.pipeline.run.id"])
 	}
 	if r := root.Resource; r["service.name"] != "ci-agentsandbox" || r["deployment.environment"] != "test" || r["service.version"] == "" {
