@@ -99,10 +99,13 @@ func configure(lfd, fd int, name string) error {
 }
 
 // BackingFile is the file attached to the loop device dev (/dev/loopN), as
-// the kernel shows it; "" when nothing is attached.
+// the kernel shows it; "" when nothing is attached. A device being
+// cleared at that moment (its autoclear after the last close, or another
+// sandbox's detach) answers the read with ENODEV or ENXIO: nothing is
+// attached to it any more.
 func BackingFile(dev string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(sysBlock, filepath.Base(dev), "loop", "backing_file"))
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENXIO) {
 		return "", nil
 	}
 	if err != nil {
