@@ -638,13 +638,20 @@ func (m *manager) WriteStdin(ctx context.Context, id, execID string, data []byte
 		return err
 	}
 	b.touch()
-	if err := sx.WriteStdin(data); err != nil {
-		if !x.running() {
-			return Errorf(CodeConflict, "exec %s has already ended", execID)
-		}
-		return &Error{Code: CodeInternal, Message: fmt.Sprintf("write to the stdin of exec %s: %v", execID, err), Err: err}
+	return stdinError(x, execID, "write to", sx.WriteStdin(data))
+}
+
+// stdinError is a failed write to or close of an exec's stdin as the
+// caller sees it: a conflict when the command ended meanwhile, the
+// host's failure otherwise.
+func stdinError(x *execState, execID, what string, err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
+	if !x.running() {
+		return Errorf(CodeConflict, "exec %s has already ended", execID)
+	}
+	return &Error{Code: CodeInternal, Message: fmt.Sprintf("%s the stdin of exec %s: %v", what, execID, err), Err: err}
 }
 
 func (m *manager) CloseStdin(ctx context.Context, id, execID string) error {
@@ -660,13 +667,7 @@ func (m *manager) CloseStdin(ctx context.Context, id, execID string) error {
 	}
 	b.touch()
 	x.stdinOpen = false
-	if err := sx.CloseStdin(); err != nil {
-		if !x.running() {
-			return Errorf(CodeConflict, "exec %s has already ended", execID)
-		}
-		return &Error{Code: CodeInternal, Message: fmt.Sprintf("close the stdin of exec %s: %v", execID, err), Err: err}
-	}
-	return nil
+	return stdinError(x, execID, "close", sx.CloseStdin())
 }
 
 func (m *manager) ResizePTY(ctx context.Context, id, execID string, size PTYSize) error {
