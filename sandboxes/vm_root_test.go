@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/engine"
-	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/internal/vmfixture"
 	"github.com/agentsandbox/agentsandbox/netns"
 	"github.com/agentsandbox/agentsandbox/policy"
@@ -28,24 +27,8 @@ import (
 // static agent as the initramfs's init, qemu under TCG).
 func newVMManager(t *testing.T) (Manager, *record.Store, string) {
 	t.Helper()
-	testtier.Root(t)
-	testtier.Command(t, "vm", "qemu-system-x86_64", "apt-get install qemu-system-x86")
-	testtier.Command(t, "vm", "busybox", "apt-get install busybox-static")
-	testtier.NixBuild(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if _, err := vmfixture.FindOrFetchKernel(ctx, vmfixture.CacheDir()); err != nil {
-		testtier.Skip(t, "vm", err.Error())
-	}
+	fx, _ := vmfixture.ForTest(t, vmfixture.Options{})
 	dir := t.TempDir()
-	init, err := vmfixture.BuildGuestAgent(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fx, err := vmfixture.BuildNix(ctx, filepath.Join(dir, "flake"), vmfixture.Options{Init: init}, nil)
-	if err != nil {
-		t.Fatalf("build the VM fixture: %v", err)
-	}
 	store, err := record.OpenStore(filepath.Join(dir, "state"))
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/agentsandbox/agentsandbox/engine"
-	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/internal/vmfixture"
 	"github.com/agentsandbox/agentsandbox/policy"
 	"github.com/agentsandbox/agentsandbox/record"
@@ -45,25 +44,11 @@ steps:
 // runner is the fixture's (Debian's kernel, an initramfs with the static
 // agent as init and bash for the SDK's `/bin/bash -l -c`), run under TCG.
 func TestE2BSDKVM(t *testing.T) {
-	testtier.Root(t)
-	testtier.Command(t, "vm", "qemu-system-x86_64", "apt-get install qemu-system-x86")
-	testtier.Command(t, "vm", "busybox", "apt-get install busybox-static")
-	testtier.NixBuild(t)
+	fx, _ := vmfixture.ForTest(t, vmfixture.Options{HostBinaries: []string{"/bin/bash"}})
 	nodeBin := npmCI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	if _, err := vmfixture.FindOrFetchKernel(ctx, vmfixture.CacheDir()); err != nil {
-		testtier.Skip(t, "vm", err.Error())
-	}
 	dir := t.TempDir()
-	init, err := vmfixture.BuildGuestAgent(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fx, err := vmfixture.BuildNix(ctx, filepath.Join(dir, "flake"), vmfixture.Options{Init: init, HostBinaries: []string{"/bin/bash"}}, nil)
-	if err != nil {
-		t.Fatalf("build the VM fixture: %v", err)
-	}
 	store, err := record.OpenStore(filepath.Join(dir, "state"))
 	if err != nil {
 		t.Fatal(err)

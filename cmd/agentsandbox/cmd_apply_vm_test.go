@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/agentsandbox/agentsandbox/internal/testtier"
 	"github.com/agentsandbox/agentsandbox/internal/vmfixture"
 	"github.com/agentsandbox/agentsandbox/nixgen"
 	"github.com/agentsandbox/agentsandbox/record"
@@ -22,24 +19,7 @@ import (
 // realises for steps, and returns the flake's directory for --flake.
 func vmFlake(t *testing.T, steps ...string) string {
 	t.Helper()
-	testtier.Root(t)
-	testtier.Command(t, "vm", "qemu-system-x86_64", "apt-get install qemu-system-x86")
-	testtier.Command(t, "vm", "busybox", "apt-get install busybox-static")
-	testtier.NixBuild(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if _, err := vmfixture.FindOrFetchKernel(ctx, vmfixture.CacheDir()); err != nil {
-		testtier.Skip(t, "vm", err.Error())
-	}
-	dir := t.TempDir()
-	init, err := vmfixture.BuildGuestAgent(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	flake := filepath.Join(dir, "flake")
-	if _, err := vmfixture.BuildNix(ctx, flake, vmfixture.Options{Init: init, Steps: defaultEnvNames(t, steps)}, nil); err != nil {
-		t.Fatalf("build the VM fixture: %v", err)
-	}
+	_, flake := vmfixture.ForTest(t, vmfixture.Options{Steps: defaultEnvNames(t, steps)})
 	return flake
 }
 
